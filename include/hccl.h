@@ -1,0 +1,195 @@
+/*
+ * hccl: collective communication over host memory.
+ *
+ * The one public header. C99, usable from C++. Every call returns an
+ * hcclResult_t; none aborts, exits or prints to stdout. The detailed text of
+ * this thread's last failure is returned by hcclGetLastError().
+ *
+ * Thread safety: every call is thread-safe. Within one communicator all ranks
+ * must post collectives in the same order.
+ */
+#ifndef HCCL_H
+#define HCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(HCCL_BUILDING_LIBRARY) && defined(__GNUC__)
+#define HCCL_API __attribute__((visibility("default")))
+#else
+#define HCCL_API
+#endif
+
+#define HCCL_MAJOR 0
+#define HCCL_MINOR 1
+#define HCCL_PATCH 0
+#define HCCL_VERSION_CODE (HCCL_MAJOR * 10000 + HCCL_MINOR * 100 + HCCL_PATCH)
+
+typedef enum {
+    hcclSuccess = 0,
+    hcclInvalidArgument = 1, /* null pointer, bad count/dtype/op/root/rank */
+    hcclInvalidUsage = 2,    /* mismatched calls across ranks, use after destroy, bad config */
+    hcclSystemError = 3,     /* an OS or libevent call failed */
+    hcclRemoteError = 4,     /* a peer died, disconnected or reported an error */
+    hcclTimeout = 5,         /* connect or execution timeout expired */
+    hcclInProgress = 6,      /* the operation has not finished */
+    hcclAborted = 7,         /* the communicator was aborted */
+    hcclUnsupported = 8,     /* not available in this build or on this host */
+    hcclInternalError = 9,
+    hcclNumResults
+} hcclResult_t;
+
+typedef enum {
+    hcclInt8,
+    hcclUint8,
+    hcclInt32,
+    hcclUint32,
+    hcclInt64,
+    hcclUint64,
+    hcclFloat16,
+    hcclBfloat16,
+    hcclFloat32,
+    hcclFloat64,
+    hcclNumTypes
+} hcclDataType_t;
+
+/* hcclAvg: sum then divide by nranks (integers: truncating division). */
+typedef enum { hcclSum, hcclProd, hcclMax, hcclMin, hcclAvg, hcclNumOps } hcclRedOp_t;
+
+#define HCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[HCCL_UNIQUE_ID_BYTES];
+} hcclUniqueId;
+
+typedef struct hcclComm *hcclComm_t;
+typedef struct hcclRequest *hcclRequest_t;
+
+struct event_base;
+
+/*
+ * Communicator configuration. Initialise with HCCL_CONFIG_INITIALIZER: an
+ * unset field (NULL, or -1) takes its HCCL_* environment variable or default.
+ */
+typedef struct {
+    size_t size;                  /* sizeof(hcclConfig_t), set by the initializer */
+    struct event_base *eventBase; /* NULL: own progress thread; else the caller's loop drives */
+    int connectTimeoutMs;         /* bootstrap and link set-up deadline; -1: HCCL_CONNECT_TIMEOUT or 120 s */
+    int execTimeoutMs;            /* per request; 0 = none; -1: HCCL_EXEC_TIMEOUT or none */
+    const char *algo;             /* HCCL_ALGO syntax; NULL: HCCL_ALGO or automatic */
+} hcclConfig_t;
+
+#define HCCL_CONFIG_INITIALIZER {sizeof(hcclConfig_t), NULL, -1, -1, NULL}
+
+/* Versions and errors. */
+
+/* *version = MAJOR*10000 + MINOR*100 + PATCH. hcclInvalidArgument if version is NULL. */
+HCCL_API hcclResult_t hcclGetVersion(int *version);
+/* A static description of result; never NULL. */
+HCCL_API const char *hcclGetErrorString(hcclResult_t result);
+/* The detailed text of this thread's last failure, "" if none. comm may be NULL. */
+HCCL_API const char *hcclGetLastError(hcclComm_t comm);
+
+/* Communicators. */
+
+/*
+ * Called once, on one process (usually rank 0's). Opens the rendezvous
+ * listener in this process (on HCCL_SOCKET_IFNAME, else the first non-loopback
+ * interface that is up) and writes its address plus a random secret into id.
+ * The listener serves one communicator's rendezvous and then closes.
+ */
+HCCL_API hcclResult_t hcclGetUniqueId(hcclUniqueId *id);
+
+#define HCCL_UNIQUE_ID_STRLEN 257 /* hex text + NUL */
+/* Hex text of id into buf; len < HCCL_UNIQUE_ID_STRLEN is hcclInvalidArgument. */
+HCCL_API hcclResult_t hcclUniqueIdToString(const hcclUniqueId *id, char *buf, size_t len);
+/* Parses text written by hcclUniqueIdToString; anything else is hcclInvalidArgument. */
+HCCL_API hcclResult_t hcclUniqueIdFromString(hcclUniqueId *id, const char *str);
+
+/*
+ * Collective over nranks processes: blocks until every rank has joined and
+ * every link is up, or fails within the connect timeout. A size mismatch, a
+ * duplicate or out-of-range rank is hcclInvalidUsage on every rank, naming
+ * the ranks; a rank that never arrives is hcclTimeout, naming it.
+ */
+HCCL_API hcclResult_t hcclCommInitRank(hcclComm_t *comm, int nranks, hcclUniqueId id, int rank);
+/* As hcclCommInitRank; config (may be NULL) overrides the environment. */
+HCCL_API hcclResult_t hcclCommInitRankConfig(hcclComm_t *comm, int nranks, hcclUniqueId id,
+                                             int rank, const hcclConfig_t *config);
+/*
+ * Launcher-style init: commId is "host:port" (the value of HCCL_COMM_ID);
+ * rank 0 listens there, the others connect. If HCCL_COMM_SECRET (hex) is set
+ * it must be the same on every rank and guards the rendezvous.
+ */
+HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, const char *commId,
+                                        uint32_t rankId);
+/*
+ * Reads rank, size and rendezvous from the launcher's environment, first
+ * match wins: HCCL_COMM_ID+RANK_ID+WORLD_SIZE; torchrun (RANK, WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT); Open MPI (OMPI_COMM_WORLD_RANK/SIZE); MPICH/Hydra
+ * (PMI_RANK/PMI_SIZE); Slurm (SLURM_PROCID/SLURM_NTASKS). The rendezvous is
+ * HCCL_COMM_ID or MASTER_ADDR:MASTER_PORT.
+ */
+HCCL_API hcclResult_t hcclCommInitFromEnv(hcclComm_t *comm);
+
+/* Waits for this rank's outstanding requests, then frees comm. */
+HCCL_API hcclResult_t hcclCommDestroy(hcclComm_t comm);
+/* Completes every outstanding request with hcclAborted, then frees comm. */
+HCCL_API hcclResult_t hcclCommAbort(hcclComm_t comm);
+/* hcclSuccess, or the error (hcclRemoteError, hcclTimeout, ...) that broke comm. */
+HCCL_API hcclResult_t hcclCommGetAsyncError(hcclComm_t comm, hcclResult_t *asyncError);
+HCCL_API hcclResult_t hcclCommCount(hcclComm_t comm, int *count);
+HCCL_API hcclResult_t hcclCommUserRank(hcclComm_t comm, int *rank);
+
+/*
+ * Non-blocking collectives return once the operation is queued; the buffers
+ * belong to the library until *req completes. The blocking forms are the
+ * Async form followed by hcclWait. count == 0 is a valid no-op (buffers may
+ * be NULL) that still completes its request.
+ */
+
+/* sendbuf == recvbuf is in-place. */
+HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, size_t count,
+                                         hcclDataType_t datatype, hcclRedOp_t op,
+                                         hcclComm_t comm, hcclRequest_t *req);
+HCCL_API hcclResult_t hcclAllReduce(const void *sendbuf, void *recvbuf, size_t count,
+                                    hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm);
+
+/* Requests. */
+
+/* Blocks until *req completes; returns its result and sets *req = NULL. NULL *req: success. */
+HCCL_API hcclResult_t hcclWait(hcclRequest_t *req);
+/*
+ * Never blocks. Unfinished: hcclSuccess with *done = 0 and *req unchanged.
+ * Finished: *done = 1, *req = NULL, and the operation's result.
+ */
+HCCL_API hcclResult_t hcclTest(hcclRequest_t *req, int *done);
+/* Waits for all n (NULL entries skipped); the first error wins; all are set to NULL. */
+HCCL_API hcclResult_t hcclWaitAll(int n, hcclRequest_t *reqs);
+/*
+ * fn runs once, on the communicator's reactor thread, when req completes
+ * (at once, on the caller's thread, if it already has), and has returned
+ * before hcclWait/hcclTest report req done. It must not block.
+ */
+HCCL_API hcclResult_t hcclRequestSetCallback(hcclRequest_t req,
+                                             void (*fn)(hcclRequest_t req, hcclResult_t result,
+                                                        void *arg),
+                                             void *arg);
+/*
+ * A descriptor that becomes readable when any request of comm completes. It
+ * is a counter (eventfd): each completion adds one, and it stays readable
+ * until the caller reads its 8 bytes. Owned by comm: do not close it.
+ */
+HCCL_API hcclResult_t hcclCommGetCompletionFd(hcclComm_t comm, int *fd);
+/* Advances a communicator driven by the caller's event loop without blocking; no-op otherwise. */
+HCCL_API hcclResult_t hcclCommProgress(hcclComm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HCCL_H */

@@ -1,0 +1,57 @@
+/*
+ * Plan generators, one per algorithm family, and the tuner that picks one.
+ * A generator builds the plan of one rank for one call shape; it sends no
+ * padding: blocks differ by at most one element when count does not divide.
+ */
+#ifndef HCCL_ALGOS_H
+#define HCCL_ALGOS_H
+
+#include "sched/sched.h"
+
+typedef enum { HCCL_COLL_ALLREDUCE = 0, HCCL_NUM_COLLS } hccl_coll_t;
+
+typedef enum {
+    HCCL_ALGO_AUTO = 0,
+    HCCL_ALGO_RING,
+    HCCL_ALGO_RECDBL,
+    HCCL_NUM_ALGOS
+} hccl_algo_t;
+
+const char *hccl_coll_name(hccl_coll_t coll);
+const char *hccl_algo_name(hccl_algo_t algo);
+
+/* The shape of one call; what a plan is built for. */
+typedef struct hccl_coll_shape {
+    hccl_coll_t coll;
+    size_t count;
+    hcclDataType_t dtype;
+    hcclRedOp_t op;
+    int root;
+} hccl_coll_shape_t;
+
+/* Ring AllReduce: reduce-scatter then all-gather, each block cut into chunk_bytes pieces. */
+hcclResult_t hccl_algo_ring_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      size_t chunk_bytes, hccl_plan_t **plan_p);
+/* Recursive doubling AllReduce, with the fold step for non-powers of two. */
+hcclResult_t hccl_algo_recdbl_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                        hccl_plan_t **plan_p);
+
+/* Block b of n over count elements: [*first, *first + *len). */
+void hccl_algo_block(size_t count, int n, int b, size_t *first, size_t *len);
+
+/* ---- tuner (tuner.c) ---- */
+
+typedef struct hccl_tuner {
+    hccl_algo_t forced[HCCL_NUM_COLLS]; /* HCCL_ALGO, AUTO = not forced */
+    size_t small_bytes;                 /* at most this: latency-bound algorithm */
+    size_t chunk_bytes;                 /* pipelining granularity of ring */
+} hccl_tuner_t;
+
+/* Parses HCCL_ALGO syntax ("ring", "allreduce=ring;..."); a bad entry warns and is ignored. */
+void hccl_tuner_init(hccl_tuner_t *t, const char *algo_spec, size_t buffsize);
+hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks);
+/* Builds the plan of algo for shape. */
+hcclResult_t hccl_algo_build(const hccl_tuner_t *t, hccl_algo_t algo, int rank, int nranks,
+                             const hccl_coll_shape_t *shape, hccl_plan_t **plan_p);
+
+#endif /* HCCL_ALGOS_H */

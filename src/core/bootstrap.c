@@ -1,0 +1,357 @@
+/*
+ * Bootstrap: a rendezvous service (a thread of the process that called
+ * hcclGetUniqueId, or of rank 0 under hcclCommInitGroup) collects every
+ * rank's card, checks that the ranks agree (size, no duplicate, no gap),
+ * and answers all of them with the full table, or with the same error.
+ * Every connection must present the secret of the id before it is read.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+
+#define BS_HELLO_MAGIC 0x54534f42u /* "BOST" */
+#define BS_REPLY_MAGIC 0x59504552u /* "REPY" */
+#define BS_MAX_RANKS (1 << 20)
+#define BS_HELLO_WAIT_MS 5000
+#define HCCL_WIRE_VERSION_BOOTSTRAP 1
+
+typedef struct {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t reserved;
+    uint8_t secret[HCCL_SECRET_BYTES];
+    int32_t rank;
+    int32_t nranks;
+    hccl_card_t card;
+} bs_hello_t;
+
+typedef struct {
+    uint32_t magic;
+    int32_t status;            /* hcclResult_t */
+    uint32_t nranks;
+    uint32_t msg_len;          /* error text that follows, when status != success */
+    uint64_t comm_id;
+    uint8_t secret[HCCL_SECRET_BYTES];
+} bs_reply_t;
+
+typedef struct {
+    hccl_id_t id;
+    int listen_fd;
+    int expected;              /* communicator size, 0 until the first rank says */
+    int timeout_ms;
+    int *fds;                  /* [expected] accepted rank connections, -1 if none */
+    bs_hello_t *hellos;        /* [expected] */
+    int joined;
+    int served;                /* connections answered, valid or not */
+    int max_claimed;           /* largest size any rank claimed */
+    hcclResult_t err;
+    char msg[512];
+} bs_root_t;
+
+void hccl_id_to_addr(const hccl_id_t *id, hccl_sockaddr_t *addr)
+{
+    memset(addr, 0, sizeof(*addr));
+    if (id->family == AF_INET6) {
+        addr->in6.sin6_family = AF_INET6;
+        addr->in6.sin6_port = id->port;
+        memcpy(&addr->in6.sin6_addr, id->addr, 16);
+    } else {
+        addr->in4.sin_family = AF_INET;
+        addr->in4.sin_port = id->port;
+        memcpy(&addr->in4.sin_addr, id->addr, 4);
+    }
+}
+
+void hccl_id_from_addr(hccl_id_t *id, const hccl_sockaddr_t *addr)
+{
+    id->family = addr->sa.sa_family;
+    if (addr->sa.sa_family == AF_INET6) {
+        id->port = addr->in6.sin6_port;
+        memcpy(id->addr, &addr->in6.sin6_addr, 16);
+    } else {
+        id->port = addr->in4.sin_port;
+        memcpy(id->addr, &addr->in4.sin_addr, 4);
+    }
+}
+
+hcclResult_t hccl_bootstrap_root_listen(hccl_sockaddr_t *addr, int *fd_p)
+{
+    return hccl_socket_listen(addr, fd_p);
+}
+
+static void root_send_error(int fd, hcclResult_t status, const char *msg)
+{
+    bs_reply_t rep = {.magic = BS_REPLY_MAGIC, .status = status, .msg_len = (uint32_t)strlen(msg)};
+    int64_t deadline = hccl_now_ms() + 2000;
+
+    if (hccl_socket_send_all(fd, &rep, sizeof(rep), deadline) == hcclSuccess)
+        hccl_socket_send_all(fd, msg, rep.msg_len, deadline);
+}
+
+/* The first error wins and goes to everyone who joined; later arrivals get it too. */
+static void root_fail(bs_root_t *rt, hcclResult_t status, const char *msg)
+{
+    if (rt->err != hcclSuccess)
+        return;
+    rt->err = status;
+    snprintf(rt->msg, sizeof(rt->msg), "bootstrap: %s", msg);
+    HCCL_WARN("%s", rt->msg);
+    for (int r = 0; r < rt->expected; r++) {
+        if (rt->fds[r] >= 0) {
+            root_send_error(rt->fds[r], status, rt->msg);
+            close(rt->fds[r]);
+            rt->fds[r] = -1;
+        }
+    }
+}
+
+static hcclResult_t root_alloc(bs_root_t *rt, int n)
+{
+    rt->expected = n;
+    rt->fds = hccl_malloc((size_t)n * sizeof(*rt->fds));
+    rt->hellos = hccl_calloc((size_t)n, sizeof(*rt->hellos));
+    if (!rt->fds || !rt->hellos)
+        return HCCL_FAIL(hcclSystemError, "bootstrap: out of memory for %d ranks", n);
+    for (int r = 0; r < n; r++)
+        rt->fds[r] = -1;
+    return hcclSuccess;
+}
+
+/* Checks one hello; takes the connection (stores or closes it). */
+static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
+{
+    char msg[400];
+
+    rt->served++;
+    if (h->nranks > rt->max_claimed)
+        rt->max_claimed = h->nranks;
+    if (rt->err == hcclSuccess && rt->expected == 0) {
+        if (h->nranks < 1 || h->nranks > BS_MAX_RANKS) {
+            snprintf(msg, sizeof(msg), "rank %d asked for a communicator of %d ranks", h->rank, h->nranks);
+            root_fail(rt, hcclInvalidUsage, msg);
+        } else if (root_alloc(rt, h->nranks) != hcclSuccess) {
+            root_fail(rt, hcclSystemError, "out of memory");
+        }
+    }
+    if (rt->err == hcclSuccess && h->nranks != rt->expected) {
+        snprintf(msg, sizeof(msg), "ranks disagree on the communicator size: rank %d says %d, the "
+                 "ranks before it said %d", h->rank, h->nranks, rt->expected);
+        root_fail(rt, hcclInvalidUsage, msg);
+    }
+    if (rt->err == hcclSuccess && (h->rank < 0 || h->rank >= rt->expected)) {
+        snprintf(msg, sizeof(msg), "rank %d is out of range for a communicator of %d ranks", h->rank,
+                 rt->expected);
+        root_fail(rt, hcclInvalidUsage, msg);
+    }
+    if (rt->err == hcclSuccess && rt->fds[h->rank] >= 0) {
+        snprintf(msg, sizeof(msg), "rank %d joined twice (pids %u and %u): duplicate rank",
+                 h->rank, rt->hellos[h->rank].card.pid, h->card.pid);
+        root_fail(rt, hcclInvalidUsage, msg);
+    }
+    if (rt->err != hcclSuccess) {
+        root_send_error(fd, rt->err, rt->msg);
+        close(fd);
+        return;
+    }
+    rt->fds[h->rank] = fd;
+    rt->hellos[h->rank] = *h;
+    rt->joined++;
+}
+
+static void root_answer_all(bs_root_t *rt)
+{
+    bs_reply_t rep = {.magic = BS_REPLY_MAGIC, .status = hcclSuccess, .nranks = (uint32_t)rt->expected};
+    hccl_card_t *cards = hccl_malloc((size_t)rt->expected * sizeof(*cards));
+    int64_t deadline = hccl_now_ms() + 10000;
+
+    if (!cards || hccl_random_bytes(&rep.comm_id, sizeof(rep.comm_id)) != hcclSuccess ||
+        hccl_random_bytes(rep.secret, sizeof(rep.secret)) != hcclSuccess) {
+        hccl_free(cards);
+        root_fail(rt, hcclSystemError, "cannot build the answer");
+        return;
+    }
+    for (int r = 0; r < rt->expected; r++)
+        cards[r] = rt->hellos[r].card;
+    for (int r = 0; r < rt->expected; r++) {
+        if (hccl_socket_send_all(rt->fds[r], &rep, sizeof(rep), deadline) != hcclSuccess ||
+            hccl_socket_send_all(rt->fds[r], cards, (size_t)rt->expected * sizeof(*cards), deadline) !=
+                hcclSuccess)
+            HCCL_WARN("bootstrap: could not send the rank table to rank %d", r);
+        close(rt->fds[r]);
+        rt->fds[r] = -1;
+    }
+    hccl_free(cards);
+}
+
+static void root_timeout(bs_root_t *rt)
+{
+    char msg[400];
+    size_t o = 0;
+
+    o += (size_t)snprintf(msg, sizeof(msg), "%d of %d ranks joined before the connect timeout; "
+                          "missing ranks:", rt->joined, rt->expected);
+    for (int r = 0; r < rt->expected && o < sizeof(msg) - 16; r++)
+        if (rt->fds[r] < 0)
+            o += (size_t)snprintf(msg + o, sizeof(msg) - o, " %d", r);
+    root_fail(rt, hcclTimeout, rt->expected ? msg : "no rank joined before the connect timeout");
+}
+
+static void *root_main(void *arg)
+{
+    bs_root_t *rt = arg;
+    int64_t deadline = hccl_now_ms() + rt->timeout_ms;
+
+    hccl_log_set_rank(-1);
+    for (;;) {
+        struct pollfd p = {.fd = rt->listen_fd, .events = POLLIN};
+        int64_t left = deadline - hccl_now_ms();
+        hccl_sockaddr_t peer;
+        socklen_t plen = sizeof(peer);
+        bs_hello_t h;
+        char buf[64];
+        int fd;
+
+        if (rt->err == hcclSuccess && rt->expected > 0 && rt->joined == rt->expected) {
+            root_answer_all(rt);
+            break;
+        }
+        /* After an error, stay only until everyone who could come has been told. */
+        if (rt->err != hcclSuccess && rt->served >= rt->max_claimed)
+            break;
+        if (left <= 0) {
+            if (rt->err == hcclSuccess)
+                root_timeout(rt);
+            break;
+        }
+        if (poll(&p, 1, left > 1000 ? 1000 : (int)left) <= 0)
+            continue;
+        fd = accept4(rt->listen_fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        hccl_socket_addr_str(&peer, buf, sizeof(buf));
+        if (hccl_socket_recv_all(fd, &h, sizeof(h), hccl_now_ms() + BS_HELLO_WAIT_MS) != hcclSuccess ||
+            h.magic != BS_HELLO_MAGIC || h.version != HCCL_WIRE_VERSION_BOOTSTRAP ||
+            !hccl_secret_equal(h.secret, rt->id.secret, HCCL_SECRET_BYTES)) {
+            HCCL_WARN("bootstrap: rejected a connection from %s: it did not present this "
+                      "communicator's secret", buf);
+            close(fd);
+            continue;
+        }
+        root_on_hello(rt, fd, &h);
+    }
+    for (int r = 0; r < rt->expected; r++)
+        if (rt->fds[r] >= 0)
+            close(rt->fds[r]);
+    close(rt->listen_fd);
+    hccl_free(rt->fds);
+    hccl_free(rt->hellos);
+    hccl_free(rt);
+    return NULL;
+}
+
+hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd)
+{
+    bs_root_t *rt = hccl_calloc(1, sizeof(*rt));
+    pthread_t th;
+    int rc;
+
+    if (!rt)
+        return HCCL_FAIL(hcclSystemError, "bootstrap: out of memory");
+    rt->id = *id;
+    rt->listen_fd = *listen_fd;
+    rt->timeout_ms = timeout_ms;
+    if (nranks > 0 && root_alloc(rt, nranks) != hcclSuccess) {
+        hccl_free(rt->fds);
+        hccl_free(rt->hellos);
+        hccl_free(rt);
+        return hcclSystemError;
+    }
+    rt->max_claimed = nranks;
+    rc = pthread_create(&th, NULL, root_main, rt);
+    if (rc != 0) {
+        hccl_free(rt->fds);
+        hccl_free(rt->hellos);
+        hccl_free(rt);
+        return HCCL_FAIL(hcclSystemError, "bootstrap: pthread_create: %s", strerror(rc));
+    }
+    pthread_detach(th);
+    *listen_fd = -1; /* the service owns it now */
+    return hcclSuccess;
+}
+
+hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, const hccl_card_t *card,
+                                 int64_t deadline_ms, hccl_bootstrap_result_t *out)
+{
+    hccl_sockaddr_t addr;
+    bs_hello_t h = {.magic = BS_HELLO_MAGIC, .version = HCCL_WIRE_VERSION_BOOTSTRAP, .rank = rank,
+                    .nranks = nranks, .card = *card};
+    bs_reply_t rep;
+    hcclResult_t res;
+    char where[64];
+    int fd;
+
+    memcpy(h.secret, id->secret, sizeof(h.secret));
+    hccl_id_to_addr(id, &addr);
+    hccl_socket_addr_str(&addr, where, sizeof(where));
+    res = hccl_socket_connect_retry(&addr, deadline_ms, &fd);
+    if (res != hcclSuccess)
+        return HCCL_FAIL(res, "rank %d: cannot reach the rendezvous at %s: %s", rank, where,
+                         hccl_error_last());
+    HCCL_CHECK_GOTO(hccl_socket_send_all(fd, &h, sizeof(h), deadline_ms), res, err_close);
+    res = hccl_socket_recv_all(fd, &rep, sizeof(rep), deadline_ms);
+    if (res != hcclSuccess || rep.magic != BS_REPLY_MAGIC) {
+        res = HCCL_FAIL(res == hcclTimeout ? hcclTimeout : hcclRemoteError,
+                        "rank %d: no answer from the rendezvous at %s before the connect timeout "
+                        "(%s; wrong secret, or other ranks missing)", rank, where,
+                        res == hcclSuccess ? "bad answer" : hccl_error_last());
+        goto err_close;
+    }
+    if (rep.status != hcclSuccess) {
+        char msg[600] = "";
+        size_t n = rep.msg_len < sizeof(msg) - 1 ? rep.msg_len : sizeof(msg) - 1;
+        hccl_socket_recv_all(fd, msg, n, deadline_ms);
+        msg[n] = '\0';
+        res = (rep.status > hcclSuccess && rep.status < hcclNumResults) ? (hcclResult_t)rep.status
+                                                                         : hcclRemoteError;
+        res = HCCL_FAIL(res, "rank %d: %s", rank, msg);
+        goto err_close;
+    }
+    if (rep.nranks != (uint32_t)nranks) {
+        res = HCCL_FAIL(hcclRemoteError, "rank %d: the rendezvous answered for %u ranks", rank, rep.nranks);
+        goto err_close;
+    }
+    out->cards = hccl_malloc((size_t)nranks * sizeof(*out->cards));
+    if (!out->cards) {
+        res = HCCL_FAIL(hcclSystemError, "bootstrap: out of memory");
+        goto err_close;
+    }
+    res = hccl_socket_recv_all(fd, out->cards, (size_t)nranks * sizeof(*out->cards), deadline_ms);
+    if (res != hcclSuccess) {
+        res = HCCL_FAIL(res, "rank %d: the rank table from %s was cut short", rank, where);
+        hccl_free(out->cards);
+        out->cards = NULL;
+        goto err_close;
+    }
+    for (int r = 0; r < nranks; r++) {
+        out->cards[r].host[sizeof(out->cards[r].host) - 1] = '\0';
+        if (out->cards[r].rank != (uint32_t)r) {
+            res = HCCL_FAIL(hcclRemoteError, "rank %d: malformed rank table", rank);
+            hccl_free(out->cards);
+            out->cards = NULL;
+            goto err_close;
+        }
+    }
+    out->comm_id = rep.comm_id;
+    memcpy(out->secret, rep.secret, sizeof(out->secret));
+    close(fd);
+    return hcclSuccess;
+
+err_close:
+    close(fd);
+    return res;
+}

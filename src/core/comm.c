@@ -1,0 +1,515 @@
+/* Communicators: creation (bootstrap, links), destruction, abort and the failure path. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+
+#define HCCL_ID_MAGIC 0x44494343u /* "CCID" */
+#define HCCL_ID_VERSION 1
+#define HCCL_PLAN_CACHE_SIZE 64
+
+hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn)
+{
+    if (!comm)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: comm is NULL", fn);
+    if (comm->magic != HCCL_COMM_MAGIC)
+        return HCCL_FAIL(hcclInvalidUsage, "%s: comm is not a live communicator (destroyed?)", fn);
+    return hcclSuccess;
+}
+
+void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
+{
+    hcclResult_t none = hcclSuccess;
+
+    if (atomic_compare_exchange_strong(&comm->async_error, &none, res))
+        snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", msg ? msg : hcclGetErrorString(res));
+    /* Runs first, so that they carry this message rather than their links' echoes of it. */
+    if (comm->exec)
+        hccl_exec_fail_all(comm->exec, res, comm->async_msg);
+    if (comm->links_aborted)
+        return;
+    comm->links_aborted = true;
+    /* Closing every connection tells the peers, which fail in turn: nobody waits forever. */
+    for (int id = 0; id < HCCL_LINK_MAX; id++)
+        if (comm->link_ctx[id])
+            hccl_link_by_id(id)->abort(comm->link_ctx[id], res);
+}
+
+static void comm_on_link_fatal(void *arg, hcclResult_t res, const char *msg)
+{
+    hccl_comm_fail(arg, res, msg);
+}
+
+/* graceful: every collective finished; tell the peers so that our going is not a failure. */
+static void comm_free(struct hcclComm *comm, bool graceful)
+{
+    int64_t deadline = hccl_now_ms() + 5000;
+
+    if (!comm)
+        return;
+    hccl_reactor_stop(comm->reactor);
+    for (int id = 0; graceful && !comm->links_aborted && id < HCCL_LINK_MAX; id++)
+        if (comm->link_ctx[id] && HCCL_LINK_HAS_OP(hccl_link_by_id(id), shutdown))
+            hccl_link_by_id(id)->shutdown(comm->link_ctx[id], deadline);
+    for (int id = 0; id < HCCL_LINK_MAX; id++)
+        if (comm->link_ctx[id])
+            hccl_link_by_id(id)->fini(comm->link_ctx[id]);
+    hccl_exec_destroy(comm->exec);
+    hccl_plan_cache_destroy(comm->plans);
+    hccl_reactor_destroy(comm->reactor);
+    hccl_free(comm->conns);
+    hccl_free(comm->link_of);
+    hccl_free(comm->cards);
+    pthread_mutex_destroy(&comm->mtx);
+    pthread_cond_destroy(&comm->cond);
+    comm->magic = 0;
+    hccl_free(comm);
+}
+
+static hcclResult_t comm_open_links(struct hcclComm *comm, hccl_card_t *card)
+{
+    for (int id = 0; id < HCCL_LINK_MAX; id++) {
+        const hccl_link_ops_t *ops = hccl_link_by_id(id);
+        if (!ops || !hccl_link_allowed(comm->params.links, ops->name))
+            continue;
+        if (ops->init(&comm->env, card->blob[id], &comm->link_ctx[id]) != hcclSuccess) {
+            HCCL_WARN("rank %d: link %s is unavailable: %s", comm->rank, ops->name, hccl_error_last());
+            comm->link_ctx[id] = NULL;
+            continue;
+        }
+        card->links |= 1u << id;
+    }
+    if (card->links == 0 && comm->nranks > 1)
+        return HCCL_FAIL(hcclInvalidUsage, "rank %d: no link is available (HCCL_LINKS=%s)", comm->rank,
+                         comm->params.links[0] ? comm->params.links : "(all)");
+    return hcclSuccess;
+}
+
+static hcclResult_t comm_connect_links(struct hcclComm *comm, int64_t deadline_ms)
+{
+    int *peers = hccl_malloc((size_t)comm->nranks * sizeof(*peers));
+    int count[HCCL_LINK_MAX] = {0};
+    hcclResult_t res = hcclSuccess;
+
+    if (!peers)
+        return HCCL_FAIL(hcclSystemError, "comm: out of memory");
+    for (int r = 0; r < comm->nranks; r++) {
+        comm->link_of[r] = r == comm->rank ? -1 : hccl_topo_pick_link(&comm->cards[comm->rank], &comm->cards[r]);
+        if (r != comm->rank && comm->link_of[r] < 0) {
+            res = HCCL_FAIL(hcclInvalidUsage, "rank %d: no common link with rank %d (host %s vs %s; "
+                                              "check HCCL_LINKS)", comm->rank, r,
+                            comm->cards[comm->rank].host, comm->cards[r].host);
+            goto out;
+        }
+        if (r != comm->rank)
+            count[comm->link_of[r]]++;
+    }
+    for (int id = 0; id < HCCL_LINK_MAX && res == hcclSuccess; id++) {
+        int n = 0;
+        if (!count[id])
+            continue;
+        for (int r = 0; r < comm->nranks; r++)
+            if (comm->link_of[r] == id)
+                peers[n++] = r;
+        res = hccl_link_by_id(id)->connect(comm->link_ctx[id], peers, n, deadline_ms, comm->conns);
+        if (res == hcclSuccess)
+            HCCL_INFO(HCCL_SUB_INIT | HCCL_SUB_LINK, "rank %d: %s to %d peers", comm->rank,
+                      hccl_link_by_id(id)->name, n);
+    }
+out:
+    hccl_free(peers);
+    return res;
+}
+
+static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *id, int rank,
+                              const hcclConfig_t *config)
+{
+    struct hcclComm *comm = hccl_calloc(1, sizeof(*comm));
+    hccl_bootstrap_result_t bs = {0};
+    hccl_card_t card;
+    hcclResult_t res;
+    int64_t deadline;
+
+    if (!comm)
+        return HCCL_FAIL(hcclSystemError, "comm: out of memory");
+    comm->magic = HCCL_COMM_MAGIC;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    atomic_init(&comm->async_error, hcclSuccess);
+    pthread_mutex_init(&comm->mtx, NULL);
+    pthread_cond_init(&comm->cond, NULL);
+    hccl_log_set_rank(rank);
+    HCCL_CHECK_GOTO(hccl_params_load(&comm->params, config), res, err_free);
+    deadline = hccl_now_ms() + comm->params.connect_timeout_ms;
+    HCCL_CHECK_GOTO(hccl_reactor_create(config && config->size >= offsetof(hcclConfig_t, eventBase) +
+                                                                  sizeof(config->eventBase)
+                                            ? config->eventBase
+                                            : NULL,
+                                        rank, &comm->reactor), res, err_free);
+    comm->env.rank = rank;
+    comm->env.nranks = nranks;
+    comm->env.reactor = comm->reactor;
+    comm->env.params = &comm->params;
+    comm->env.on_fatal = comm_on_link_fatal;
+    comm->env.fatal_arg = comm;
+    comm->conns = hccl_calloc((size_t)nranks, sizeof(*comm->conns));
+    comm->link_of = hccl_calloc((size_t)nranks, sizeof(*comm->link_of));
+    if (!comm->conns || !comm->link_of) {
+        res = HCCL_FAIL(hcclSystemError, "comm: out of memory for %d ranks", nranks);
+        goto err_free;
+    }
+
+    memset(&card, 0, sizeof(card));
+    card.rank = (uint32_t)rank;
+    card.pid = (uint32_t)getpid();
+    hccl_topo_host_id(&comm->params, card.host, sizeof(card.host));
+    HCCL_CHECK_GOTO(comm_open_links(comm, &card), res, err_free);
+    HCCL_CHECK_GOTO(hccl_bootstrap_join(id, rank, nranks, &card, deadline, &bs), res, err_free);
+    comm->cards = bs.cards;
+    comm->env.cards = bs.cards;
+    comm->env.comm_id = bs.comm_id;
+    memcpy(comm->env.secret, bs.secret, sizeof(bs.secret));
+    HCCL_CHECK_GOTO(comm_connect_links(comm, deadline), res, err_free);
+
+    HCCL_CHECK_GOTO(hccl_exec_create(comm->reactor, rank, nranks, comm->conns, &comm->exec), res, err_free);
+    HCCL_CHECK_GOTO(hccl_plan_cache_create(HCCL_PLAN_CACHE_SIZE, &comm->plans), res, err_free);
+    hccl_tuner_init(&comm->tuner, comm->params.algo, comm->params.buffsize);
+    HCCL_CHECK_GOTO(hccl_reactor_start(comm->reactor), res, err_free);
+    HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d ready (communicator %016llx, host %s)", rank, nranks,
+              (unsigned long long)bs.comm_id, card.host);
+    *comm_p = comm;
+    return hcclSuccess;
+
+err_free:
+    comm_free(comm, false);
+    return res;
+}
+
+/* ---- unique ids ---- */
+
+static hcclResult_t id_check(const hccl_id_t *id)
+{
+    if (id->magic != HCCL_ID_MAGIC || id->version != HCCL_ID_VERSION)
+        return HCCL_FAIL(hcclInvalidArgument, "the unique id is not one made by hcclGetUniqueId");
+    return hcclSuccess;
+}
+
+HCCL_API hcclResult_t hcclGetUniqueId(hcclUniqueId *uid)
+{
+    hccl_id_t id;
+    hccl_params_t p;
+    hccl_sockaddr_t addr;
+    int fd;
+    hcclResult_t res;
+
+    _Static_assert(sizeof(hccl_id_t) <= sizeof(hcclUniqueId), "id does not fit");
+    if (!uid)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclGetUniqueId: id is NULL");
+    HCCL_CHECK(hccl_params_load(&p, NULL));
+    memset(&id, 0, sizeof(id));
+    id.magic = HCCL_ID_MAGIC;
+    id.version = HCCL_ID_VERSION;
+    HCCL_CHECK(hccl_random_bytes(id.secret, sizeof(id.secret)));
+    HCCL_CHECK(hccl_socket_pick_addr(p.ifname, &addr));
+    HCCL_CHECK(hccl_bootstrap_root_listen(&addr, &fd));
+    hccl_id_from_addr(&id, &addr);
+    res = hccl_bootstrap_root_start(&id, 0, p.connect_timeout_ms, &fd);
+    if (res != hcclSuccess) {
+        close(fd);
+        return res;
+    }
+    memset(uid, 0, sizeof(*uid));
+    memcpy(uid->internal, &id, sizeof(id));
+    return hcclSuccess;
+}
+
+HCCL_API hcclResult_t hcclUniqueIdToString(const hcclUniqueId *id, char *buf, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    if (!id || !buf)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclUniqueIdToString: %s is NULL", id ? "buf" : "id");
+    if (len < HCCL_UNIQUE_ID_STRLEN)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclUniqueIdToString: buffer of %zu bytes, need %d",
+                         len, HCCL_UNIQUE_ID_STRLEN);
+    for (size_t i = 0; i < HCCL_UNIQUE_ID_BYTES; i++) {
+        buf[2 * i] = hex[(unsigned char)id->internal[i] >> 4];
+        buf[2 * i + 1] = hex[(unsigned char)id->internal[i] & 15];
+    }
+    buf[2 * HCCL_UNIQUE_ID_BYTES] = '\0';
+    return hcclSuccess;
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Parses up to max bytes of hex; returns the byte count, or -1 if the text is not hex. */
+static int hex_decode(const char *s, unsigned char *out, size_t max)
+{
+    size_t n = strlen(s);
+
+    if (n % 2 || n / 2 > max)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return (int)(n / 2);
+}
+
+HCCL_API hcclResult_t hcclUniqueIdFromString(hcclUniqueId *uid, const char *str)
+{
+    hcclUniqueId tmp;
+    hccl_id_t id;
+
+    if (!uid || !str)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclUniqueIdFromString: %s is NULL", uid ? "str" : "id");
+    if (strlen(str) != 2 * HCCL_UNIQUE_ID_BYTES ||
+        hex_decode(str, (unsigned char *)tmp.internal, sizeof(tmp.internal)) != HCCL_UNIQUE_ID_BYTES)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclUniqueIdFromString: not %d hex digits",
+                         2 * HCCL_UNIQUE_ID_BYTES);
+    memcpy(&id, tmp.internal, sizeof(id));
+    HCCL_CHECK(id_check(&id));
+    *uid = tmp;
+    return hcclSuccess;
+}
+
+/* ---- creation ---- */
+
+HCCL_API hcclResult_t hcclCommInitRankConfig(hcclComm_t *comm, int nranks, hcclUniqueId uid, int rank,
+                                             const hcclConfig_t *config)
+{
+    hccl_id_t id;
+
+    hccl_log_init();
+    if (!comm)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitRank: comm is NULL");
+    if (nranks < 1)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitRank: nranks is %d (must be >= 1)", nranks);
+    if (rank < 0 || rank >= nranks)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitRank: rank %d is not in [0, %d)", rank, nranks);
+    memcpy(&id, uid.internal, sizeof(id));
+    HCCL_CHECK(id_check(&id));
+    return comm_init(comm, nranks, &id, rank, config);
+}
+
+HCCL_API hcclResult_t hcclCommInitRank(hcclComm_t *comm, int nranks, hcclUniqueId id, int rank)
+{
+    return hcclCommInitRankConfig(comm, nranks, id, rank, NULL);
+}
+
+HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, const char *commId,
+                                        uint32_t rankId)
+{
+    const char *secret = getenv("HCCL_COMM_SECRET");
+    hccl_sockaddr_t addr;
+    hccl_params_t p;
+    hccl_id_t id;
+    int fd;
+
+    hccl_log_init();
+    if (!comm || !commId)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitGroup: %s is NULL", comm ? "commId" : "comm");
+    if (commSize < 1 || commSize > (1u << 20))
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitGroup: commSize %u is out of range", commSize);
+    if (rankId >= commSize)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitGroup: rankId %u is not in [0, %u)", rankId,
+                         commSize);
+    HCCL_CHECK(hccl_socket_parse_addr(commId, &addr));
+    memset(&id, 0, sizeof(id));
+    id.magic = HCCL_ID_MAGIC;
+    id.version = HCCL_ID_VERSION;
+    hccl_id_from_addr(&id, &addr);
+    if (secret && *secret && hex_decode(secret, id.secret, sizeof(id.secret)) < 0)
+        return HCCL_FAIL(hcclInvalidArgument, "HCCL_COMM_SECRET is not hex of at most %d bytes",
+                         HCCL_SECRET_BYTES);
+    if (!secret || !*secret)
+        HCCL_INFO(HCCL_SUB_INIT, "HCCL_COMM_SECRET is not set: the rendezvous at %s is not "
+                  "authenticated", commId);
+    if (rankId == 0) {
+        HCCL_CHECK(hccl_params_load(&p, NULL));
+        /* If another rank 0 holds the address, join it: the service reports the duplicate. */
+        if (hccl_bootstrap_root_listen(&addr, &fd) == hcclSuccess &&
+            hccl_bootstrap_root_start(&id, (int)commSize, p.connect_timeout_ms, &fd) != hcclSuccess) {
+            close(fd);
+            return hcclSystemError;
+        }
+    }
+    return comm_init(comm, (int)commSize, &id, (int)rankId, NULL);
+}
+
+/* A whole, non-negative decimal integer from the environment, or -1. */
+static long env_int(const char *name)
+{
+    const char *v = getenv(name);
+    char *end;
+    long x;
+
+    if (!v || !*v)
+        return -1;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    return errno || *end || x < 0 ? -2 : x;
+}
+
+HCCL_API hcclResult_t hcclCommInitFromEnv(hcclComm_t *comm)
+{
+    static const char *const sources[][3] = {
+        {"RANK_ID", "WORLD_SIZE", "HCCL_COMM_ID"},
+        {"RANK", "WORLD_SIZE", "torchrun"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
+        {"PMI_RANK", "PMI_SIZE", "MPICH/Hydra"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
+    };
+    const char *commid = getenv("HCCL_COMM_ID");
+    char addr[300];
+
+    hccl_log_init();
+    if (!comm)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitFromEnv: comm is NULL");
+    for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
+        long rank = env_int(sources[i][0]), size = env_int(sources[i][1]);
+        if (rank == -1 || size == -1 || (i == 0 && !commid))
+            continue;
+        if (rank < 0 || size < 1 || rank >= size)
+            return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: %s=%s and %s=%s are not a valid "
+                                               "rank and size", sources[i][0], getenv(sources[i][0]),
+                             sources[i][1], getenv(sources[i][1]));
+        if (commid && *commid) {
+            snprintf(addr, sizeof(addr), "%s", commid);
+        } else if (getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
+            snprintf(addr, sizeof(addr), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
+        } else {
+            return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: %s gives rank %ld of %ld but no "
+                                               "rendezvous: set HCCL_COMM_ID=host:port (or "
+                                               "MASTER_ADDR and MASTER_PORT)", sources[i][2], rank, size);
+        }
+        HCCL_INFO(HCCL_SUB_INIT, "rank %ld of %ld from the %s environment, rendezvous %s", rank, size,
+                  sources[i][2], addr);
+        return hcclCommInitGroup(comm, (uint32_t)size, addr, (uint32_t)rank);
+    }
+    return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: no launcher environment found (HCCL_COMM_ID "
+                                       "+ RANK_ID + WORLD_SIZE, torchrun, Open MPI, MPICH or Slurm)");
+}
+
+/* ---- destruction ---- */
+
+static void comm_wait_idle(struct hcclComm *comm)
+{
+    pthread_mutex_lock(&comm->mtx);
+    while (comm->outstanding > 0) {
+        if (hccl_reactor_is_external(comm->reactor)) {
+            pthread_mutex_unlock(&comm->mtx);
+            hccl_reactor_drive(comm->reactor, 100);
+            pthread_mutex_lock(&comm->mtx);
+        } else {
+            pthread_cond_wait(&comm->cond, &comm->mtx);
+        }
+    }
+    pthread_mutex_unlock(&comm->mtx);
+}
+
+HCCL_API hcclResult_t hcclCommDestroy(hcclComm_t comm)
+{
+    HCCL_CHECK(hccl_comm_check(comm, "hcclCommDestroy"));
+    comm_wait_idle(comm);
+    comm_free(comm, true);
+    return hcclSuccess;
+}
+
+typedef struct {
+    hccl_post_t post;
+    struct hcclComm *comm;
+} abort_item_t;
+
+static void comm_on_abort(hccl_post_t *post)
+{
+    abort_item_t *item = (abort_item_t *)post;
+    char msg[128];
+
+    snprintf(msg, sizeof(msg), "rank %d: the communicator was aborted", item->comm->rank);
+    hccl_comm_fail(item->comm, hcclAborted, msg);
+    pthread_mutex_lock(&item->comm->mtx);
+    item->comm->outstanding--;
+    pthread_cond_broadcast(&item->comm->cond);
+    pthread_mutex_unlock(&item->comm->mtx);
+}
+
+HCCL_API hcclResult_t hcclCommAbort(hcclComm_t comm)
+{
+    abort_item_t item;
+
+    HCCL_CHECK(hccl_comm_check(comm, "hcclCommAbort"));
+    item.comm = comm;
+    item.post.fn = comm_on_abort;
+    pthread_mutex_lock(&comm->mtx);
+    comm->outstanding++; /* the abort itself, so that the wait below covers it */
+    pthread_mutex_unlock(&comm->mtx);
+    hccl_reactor_post(comm->reactor, &item.post);
+    comm_wait_idle(comm);
+    comm_free(comm, false);
+    return hcclSuccess;
+}
+
+/* ---- queries ---- */
+
+HCCL_API hcclResult_t hcclCommGetAsyncError(hcclComm_t comm, hcclResult_t *asyncError)
+{
+    HCCL_CHECK(hccl_comm_check(comm, "hcclCommGetAsyncError"));
+    if (!asyncError)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommGetAsyncError: asyncError is NULL");
+    if (hccl_reactor_is_external(comm->reactor))
+        hccl_reactor_drive(comm->reactor, 0);
+    *asyncError = atomic_load(&comm->async_error);
+    if (*asyncError != hcclSuccess)
+        hccl_error_put(comm->async_msg);
+    return hcclSuccess;
+}
+
+HCCL_API hcclResult_t hcclCommCount(hcclComm_t comm, int *count)
+{
+    HCCL_CHECK(hccl_comm_check(comm, "hcclCommCount"));
+    if (!count)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommCount: count is NULL");
+    *count = comm->nranks;
+    return hcclSuccess;
+}
+
+HCCL_API hcclResult_t hcclCommUserRank(hcclComm_t comm, int *rank)
+{
+    HCCL_CHECK(hccl_comm_check(comm, "hcclCommUserRank"));
+    if (!rank)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommUserRank: rank is NULL");
+    *rank = comm->rank;
+    return hcclSuccess;
+}
+
+HCCL_API hcclResult_t hcclCommGetCompletionFd(hcclComm_t comm, int *fd)
+{
+    HCCL_CHECK(hccl_comm_check(comm, "hcclCommGetCompletionFd"));
+    if (!fd)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommGetCompletionFd: fd is NULL");
+    *fd = hccl_reactor_completion_fd(comm->reactor);
+    return hcclSuccess;
+}
+
+HCCL_API hcclResult_t hcclCommProgress(hcclComm_t comm)
+{
+    HCCL_CHECK(hccl_comm_check(comm, "hcclCommProgress"));
+    if (hccl_reactor_is_external(comm->reactor))
+        hccl_reactor_drive(comm->reactor, 0);
+    return hcclSuccess;
+}

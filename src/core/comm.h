@@ -1,0 +1,78 @@
+/* The communicator, and the bootstrap and topology steps that build it. */
+#ifndef HCCL_COMM_H
+#define HCCL_COMM_H
+
+#include "algos/algos.h"
+#include "core/core.h"
+#include "links/link.h"
+#include "reactor/reactor.h"
+#include "sched/sched.h"
+
+#define HCCL_COMM_MAGIC 0x4d4d4f43u /* "COMM" */
+
+/* What the unique id carries: where the rendezvous listens, and its secret. */
+typedef struct {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t family;
+    uint16_t port;             /* network order */
+    uint16_t reserved;
+    uint8_t addr[16];
+    uint8_t secret[HCCL_SECRET_BYTES];
+} hccl_id_t;
+
+/* Result of the rendezvous: who is in the communicator. */
+typedef struct {
+    uint64_t comm_id;
+    uint8_t secret[HCCL_SECRET_BYTES]; /* for every data connection */
+    hccl_card_t *cards;                /* owned, [nranks] */
+} hccl_bootstrap_result_t;
+
+/* Starts the rendezvous service (a detached thread) for nranks (0: taken from the first rank). */
+hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd);
+/* Opens the listener of hcclGetUniqueId / rank 0 of hcclCommInitGroup at addr (port 0: any). */
+hcclResult_t hccl_bootstrap_root_listen(hccl_sockaddr_t *addr, int *fd_p);
+/* Joins: sends our card, receives everyone's, within the deadline. */
+hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, const hccl_card_t *card,
+                                 int64_t deadline_ms, hccl_bootstrap_result_t *out);
+void hccl_id_to_addr(const hccl_id_t *id, hccl_sockaddr_t *addr);
+void hccl_id_from_addr(hccl_id_t *id, const hccl_sockaddr_t *addr);
+
+/* topo.c: our host identity (HCCL_HOST_ID, else hostname + boot id + network namespace). */
+void hccl_topo_host_id(const hccl_params_t *p, char *out, size_t len);
+/* The link id used between rank and peer, or -1. */
+int hccl_topo_pick_link(const hccl_card_t *me, const hccl_card_t *peer);
+
+struct hcclComm {
+    uint32_t magic;
+    int rank;
+    int nranks;
+    hccl_params_t params;
+    hccl_link_env_t env;
+    hccl_reactor_t *reactor;         /* owned */
+    void *link_ctx[HCCL_LINK_MAX];   /* owned, per link kind */
+    hccl_conn_t **conns;             /* [nranks], borrowed from the links */
+    int *link_of;                    /* [nranks]: HCCL_LINK_* used for each peer, -1 self */
+    hccl_card_t *cards;              /* owned, [nranks] */
+    hccl_exec_t *exec;               /* owned */
+    hccl_plan_cache_t *plans;        /* owned; reactor thread only */
+    hccl_tuner_t tuner;
+    atomic_ullong next_seq;
+    /* failure state, written on the reactor thread */
+    _Atomic hcclResult_t async_error;
+    char async_msg[512];
+    bool links_aborted;
+    /* outstanding requests, for destroy */
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    int outstanding;
+};
+
+/* Reactor thread: the communicator is broken; fail everything in flight and tell the peers. */
+void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg);
+/* Validates a handle passed by the user. */
+hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn);
+/* Queues req (filled in by the caller) on comm's reactor. */
+hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req);
+
+#endif /* HCCL_COMM_H */

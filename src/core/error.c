@@ -1,0 +1,89 @@
+/* Thread-local last-error text and the result strings. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+
+#define HCCL_ERRMSG_BYTES 1024
+
+static _Thread_local char last_error[HCCL_ERRMSG_BYTES];
+
+static hcclResult_t error_vset(int level, hcclResult_t res, const char *fmt, va_list ap)
+{
+    int saved = errno;
+
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    if (level == HCCL_LOG_WARN)
+        hccl_log_write(HCCL_LOG_WARN, HCCL_SUB_ALL, "%s", last_error);
+    else
+        HCCL_INFO(HCCL_SUB_ALL, "%s", last_error);
+    errno = saved;
+    return res;
+}
+
+hcclResult_t hccl_error_set(hcclResult_t res, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    res = error_vset(HCCL_LOG_WARN, res, fmt, ap);
+    va_end(ap);
+    return res;
+}
+
+hcclResult_t hccl_error_set_quiet(hcclResult_t res, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    res = error_vset(HCCL_LOG_INFO, res, fmt, ap);
+    va_end(ap);
+    return res;
+}
+
+const char *hccl_error_last(void)
+{
+    return last_error;
+}
+
+void hccl_error_put(const char *text)
+{
+    snprintf(last_error, sizeof(last_error), "%s", text ? text : "");
+}
+
+void hccl_error_clear(void)
+{
+    last_error[0] = '\0';
+}
+
+HCCL_API const char *hcclGetErrorString(hcclResult_t result)
+{
+    switch (result) {
+    case hcclSuccess: return "no error";
+    case hcclInvalidArgument: return "invalid argument";
+    case hcclInvalidUsage: return "invalid usage";
+    case hcclSystemError: return "system error";
+    case hcclRemoteError: return "remote error (a peer died, disconnected or failed)";
+    case hcclTimeout: return "timeout";
+    case hcclInProgress: return "operation in progress";
+    case hcclAborted: return "communicator aborted";
+    case hcclUnsupported: return "unsupported";
+    case hcclInternalError: return "internal error";
+    default: return "unknown result code";
+    }
+}
+
+HCCL_API const char *hcclGetLastError(hcclComm_t comm)
+{
+    (void)comm; /* the text is per thread, whatever the communicator */
+    return last_error;
+}
+
+HCCL_API hcclResult_t hcclGetVersion(int *version)
+{
+    if (version == NULL)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclGetVersion: version is NULL");
+    *version = HCCL_VERSION_CODE;
+    return hcclSuccess;
+}

@@ -1,0 +1,176 @@
+/* The HCCL_* parameters: one table, read once per communicator; config beats env beats default. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+
+extern char **environ;
+
+/* Every variable the library knows, so that a misspelt one gets a warning. */
+static const char *const known_vars[] = {
+    "HCCL_DEBUG",        "HCCL_DEBUG_SUBSYS",  "HCCL_DEBUG_FILE", "HCCL_COMM_ID",
+    "HCCL_COMM_SECRET",  "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_ALGO",
+    "HCCL_BUFFSIZE",     "HCCL_LINKS",         "HCCL_SOCKET_IFNAME", "HCCL_NSOCKS",
+    "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
+    "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
+};
+
+#define HCCL_DEFAULT_CONNECT_TIMEOUT_S 120
+#define HCCL_DEFAULT_BUFFSIZE (4u << 20)
+#define HCCL_DEFAULT_CMA_THRESHOLD (64u << 10)
+
+int64_t hccl_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t hccl_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Number of single-character edits between a and b (for the closest known name). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    size_t row[64];
+
+    if (lb >= sizeof(row) / sizeof(row[0]))
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+static void warn_unknown_vars(void)
+{
+    for (char **e = environ; e && *e; e++) {
+        char name[128];
+        const char *eq = strchr(*e, '=');
+        size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+        bool known = false;
+        const char *closest = NULL;
+        size_t best = SIZE_MAX;
+
+        if (strncmp(*e, "HCCL_", 5) != 0 || n >= sizeof(name))
+            continue;
+        memcpy(name, *e, n);
+        name[n] = '\0';
+        for (size_t i = 0; i < sizeof(known_vars) / sizeof(known_vars[0]); i++) {
+            size_t d = edit_distance(name, known_vars[i]);
+            if (d == 0)
+                known = true;
+            if (d < best) {
+                best = d;
+                closest = known_vars[i];
+            }
+        }
+        if (!known)
+            HCCL_WARN("unknown environment variable %s ignored (did you mean %s?)", name, closest);
+    }
+}
+
+long hccl_param_env_long(const char *name, long def)
+{
+    const char *v = getenv(name);
+    char *end;
+    long x;
+
+    if (!v || !*v)
+        return def;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || x < 0) {
+        HCCL_WARN("%s=%s is not a non-negative integer; using %ld", name, v, def);
+        return def;
+    }
+    return x;
+}
+
+static void env_string(const char *name, char *dst, size_t len)
+{
+    const char *v = getenv(name);
+
+    if (!v)
+        return;
+    if (strlen(v) >= len) {
+        HCCL_WARN("%s is longer than %zu characters; ignored", name, len - 1);
+        return;
+    }
+    snprintf(dst, len, "%s", v);
+}
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
+{
+    long s;
+
+    hccl_log_init();
+    pthread_once(&env_once, warn_unknown_vars);
+    memset(p, 0, sizeof(*p));
+    s = hccl_param_env_long("HCCL_CONNECT_TIMEOUT", HCCL_DEFAULT_CONNECT_TIMEOUT_S);
+    p->connect_timeout_ms = s > INT_MAX / 1000 ? INT_MAX : (int)(s * 1000);
+    s = hccl_param_env_long("HCCL_EXEC_TIMEOUT", 0);
+    p->exec_timeout_ms = s > INT_MAX / 1000 ? INT_MAX : (int)(s * 1000);
+    p->buffsize = (size_t)hccl_param_env_long("HCCL_BUFFSIZE", HCCL_DEFAULT_BUFFSIZE);
+    if (p->buffsize < 4096) {
+        HCCL_WARN("HCCL_BUFFSIZE=%zu is below 4096 bytes; using 4096", p->buffsize);
+        p->buffsize = 4096;
+    }
+    p->nsocks = (int)hccl_param_env_long("HCCL_NSOCKS", 1);
+    p->cma_threshold = (size_t)hccl_param_env_long("HCCL_CMA_THRESHOLD", HCCL_DEFAULT_CMA_THRESHOLD);
+    env_string("HCCL_ALGO", p->algo, sizeof(p->algo));
+    env_string("HCCL_LINKS", p->links, sizeof(p->links));
+    env_string("HCCL_SOCKET_IFNAME", p->ifname, sizeof(p->ifname));
+    env_string("HCCL_HOST_ID", p->host_id, sizeof(p->host_id));
+
+    if (config) {
+        if (config->size < sizeof(size_t) || config->size > (1u << 16))
+            return HCCL_FAIL(hcclInvalidUsage,
+                             "hcclConfig_t.size is %zu: initialise it with HCCL_CONFIG_INITIALIZER",
+                             config->size);
+        if (config->size >= offsetof(hcclConfig_t, connectTimeoutMs) + sizeof(int) &&
+            config->connectTimeoutMs >= 0)
+            p->connect_timeout_ms = config->connectTimeoutMs;
+        if (config->size >= offsetof(hcclConfig_t, execTimeoutMs) + sizeof(int) &&
+            config->execTimeoutMs >= 0)
+            p->exec_timeout_ms = config->execTimeoutMs;
+        if (config->size >= offsetof(hcclConfig_t, algo) + sizeof(char *) && config->algo) {
+            if (strlen(config->algo) >= sizeof(p->algo))
+                return HCCL_FAIL(hcclInvalidArgument, "hcclConfig_t.algo is too long");
+            snprintf(p->algo, sizeof(p->algo), "%s", config->algo);
+        }
+    }
+    HCCL_INFO(HCCL_SUB_INIT,
+              "params: connect timeout %d ms, exec timeout %d ms, algo '%s', buffsize %zu B, "
+              "links '%s', ifname '%s', cma threshold %zu B",
+              p->connect_timeout_ms, p->exec_timeout_ms, p->algo, p->buffsize, p->links, p->ifname,
+              p->cma_threshold);
+    return hcclSuccess;
+}

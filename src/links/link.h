@@ -1,0 +1,139 @@
+/*
+ * Links move bytes between two ranks. Each transport is one const vtable;
+ * a link knows transfers (sequence number, tag, buffer), never collectives.
+ */
+#ifndef HCCL_LINK_H
+#define HCCL_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "reactor/reactor.h"
+
+enum { HCCL_LINK_SHM = 0, HCCL_LINK_TCP = 1, HCCL_LINK_SIM = 2, HCCL_LINK_MAX = 3 };
+
+#define HCCL_SECRET_BYTES 32
+#define HCCL_CARD_BLOB_BYTES 112
+#define HCCL_HOST_ID_BYTES 96
+
+/*
+ * What each rank publishes at bootstrap. Fixed-width fields: it travels as
+ * bytes between processes of the same build.
+ */
+typedef struct hccl_card {
+    uint32_t rank;
+    uint32_t pid;
+    uint32_t links;                                   /* bit per HCCL_LINK_* offered */
+    uint32_t reserved;
+    char host[HCCL_HOST_ID_BYTES];                    /* host identity, NUL-terminated */
+    uint8_t blob[HCCL_LINK_MAX][HCCL_CARD_BLOB_BYTES]; /* per link: its listen address etc. */
+} hccl_card_t;
+
+/* What a link gets from the communicator (borrowed for the link's lifetime). */
+typedef struct hccl_link_env {
+    int rank;
+    int nranks;
+    uint64_t comm_id;
+    uint8_t secret[HCCL_SECRET_BYTES];
+    hccl_reactor_t *reactor;
+    const hccl_params_t *params;
+    const hccl_card_t *cards;       /* [nranks], valid from connect() on */
+    /* A connection broke: the communicator fails every request and aborts the links. */
+    void (*on_fatal)(void *arg, hcclResult_t res, const char *msg);
+    void *fatal_arg;
+} hccl_link_env_t;
+
+typedef struct hccl_xfer hccl_xfer_t;
+typedef void (*hccl_xfer_cb_t)(hccl_xfer_t *x, hcclResult_t res);
+
+/* One send or receive, owned by its poster until done() runs. */
+struct hccl_xfer {
+    uint64_t seq;           /* collective sequence number */
+    uint32_t tag;           /* step tag; sender and receiver agree */
+    int peer;
+    void *buf;              /* borrowed user or scratch memory */
+    size_t len;             /* bytes */
+    hccl_xfer_cb_t done;    /* runs once, on the reactor thread, never inside post_* */
+    void *arg;
+    /* link-private */
+    hccl_xfer_t *next;
+    size_t moved;           /* bytes moved so far */
+    hcclResult_t res;
+    hccl_post_t post;       /* deferred completion */
+};
+
+typedef struct hccl_conn {
+    const struct hccl_link_ops *ops;
+    void *ctx;              /* borrowed: the link's per-communicator context */
+    int peer;
+    int64_t last_activity_ms;
+    void *priv;             /* owned by the link */
+} hccl_conn_t;
+
+typedef struct hccl_link_ops {
+    size_t size;
+    const char *name;
+    int id;                 /* HCCL_LINK_* */
+    /* Before the card exchange: open listeners/segments, describe them in blob. */
+    hcclResult_t (*init)(hccl_link_env_t *env, void *blob, void **ctx_p);
+    /* Whether this link can join me and peer (shm: same host). */
+    bool (*reaches)(const hccl_card_t *me, const hccl_card_t *peer);
+    /*
+     * Blocking set-up with the peers listed (every one of them must call too),
+     * by deadline_ms; fills conns[peer] for each. Events are registered in the
+     * reactor before it returns.
+     */
+    hcclResult_t (*connect)(void *ctx, const int *peers, int npeers, int64_t deadline_ms,
+                            hccl_conn_t **conns);
+    /* Every rank has connected (optional). */
+    void (*ready)(void *ctx);
+    /* Reactor thread. Never blocks; completion comes later through x->done. */
+    hcclResult_t (*post_send)(hccl_conn_t *c, hccl_xfer_t *x);
+    hcclResult_t (*post_recv)(hccl_conn_t *c, hccl_xfer_t *x);
+    /* Reactor thread: fails every pending transfer with res and closes connections. */
+    void (*abort)(void *ctx, hcclResult_t res);
+    /*
+     * Graceful close, with the reactor stopped and nothing in flight: tells every peer
+     * that we are done (so that our EOF is not taken for a death) and flushes, by deadline_ms.
+     */
+    void (*shutdown)(void *ctx, int64_t deadline_ms);
+    /* Frees everything (the reactor is no longer running). */
+    void (*fini)(void *ctx);
+} hccl_link_ops_t;
+
+#define HCCL_LINK_HAS_OP(ops_x, op_x)                                                    \
+    ((ops_x)->size >= offsetof(hccl_link_ops_t, op_x) + sizeof((ops_x)->op_x) &&         \
+     (ops_x)->op_x != NULL)
+
+/* The registry in preference order, filtered by HCCL_LINKS ("" = all). */
+const hccl_link_ops_t *hccl_link_by_id(int id);
+bool hccl_link_allowed(const char *links, const char *name);
+
+/* Completes x with res from the loop (never on the caller's stack). */
+void hccl_xfer_complete_later(hccl_reactor_t *r, hccl_xfer_t *x, hcclResult_t res);
+
+/* FIFO of transfers. */
+typedef struct {
+    hccl_xfer_t *head;
+    hccl_xfer_t *tail;
+} hccl_xfer_queue_t;
+void hccl_xfer_queue_push(hccl_xfer_queue_t *q, hccl_xfer_t *x);
+hccl_xfer_t *hccl_xfer_queue_pop(hccl_xfer_queue_t *q);
+/* Removes and returns the first transfer with (seq, tag), or NULL. */
+hccl_xfer_t *hccl_xfer_queue_take(hccl_xfer_queue_t *q, uint64_t seq, uint32_t tag);
+
+extern const hccl_link_ops_t hccl_link_shm_ops;
+extern const hccl_link_ops_t hccl_link_tcp_ops;
+
+/* ---- sim: every rank in one process, for unit tests ---- */
+typedef struct hccl_sim_world hccl_sim_world_t;
+hcclResult_t hccl_sim_world_create(hccl_reactor_t *r, int nranks, hccl_sim_world_t **w_p);
+void hccl_sim_world_destroy(hccl_sim_world_t *w);
+/* conns[peer] for rank (NULL at rank itself); owned by the world. */
+hccl_conn_t **hccl_sim_world_conns(hccl_sim_world_t *w, int rank);
+/* Bytes rank has sent so far. */
+uint64_t hccl_sim_bytes_sent(const hccl_sim_world_t *w, int rank);
+
+#endif /* HCCL_LINK_H */

@@ -1,0 +1,70 @@
+/*
+ * shm: ranks on one host. Each rank owns a segment holding one ring per
+ * sender; a sender writes frames into its ring in the receiver's segment and
+ * rings the receiver's eventfd doorbell. Large messages go single-copy: the
+ * receiver reads the sender's buffer with process_vm_readv.
+ */
+#ifndef HCCL_LINK_SHM_H
+#define HCCL_LINK_SHM_H
+
+#include <event2/event.h>
+#include <sys/types.h>
+
+#include "links/stream.h"
+
+#define SHM_NAME_BYTES 40
+
+typedef struct {
+    char seg[SHM_NAME_BYTES];  /* shm_open name of the rank's receive segment */
+    char uds[SHM_NAME_BYTES];  /* abstract unix socket name for the doorbell hand-over */
+    uint64_t ring_bytes;
+} shm_card_t;
+
+/* One single-producer single-consumer byte ring. */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t head;          /* bytes written, producer-owned */
+    _Alignas(64) _Atomic uint64_t tail;          /* bytes consumed, consumer-owned */
+    _Alignas(64) _Atomic uint32_t producer_waiting; /* the producer found the ring full */
+} shm_ring_hdr_t;
+
+#define SHM_RING_HDR_BYTES 256
+#define SHM_SEG_HDR_BYTES 4096
+
+typedef struct shm_conn {
+    hccl_conn_t conn;          /* conn.priv points back here */
+    struct shm_ctx *ctx;       /* borrowed */
+    void *peer_seg;            /* owned mapping of the peer's segment */
+    size_t peer_seg_bytes;
+    shm_ring_hdr_t *tx_ring;   /* in the peer's segment, our slot */
+    shm_ring_hdr_t *rx_ring;   /* in our segment, the peer's slot */
+    int peer_bell;             /* owned: the peer's doorbell eventfd */
+    int out_fd;                /* owned: our connection to the peer (EOF = it died) */
+    int in_fd;                 /* owned: the peer's connection to us */
+    struct event *live_ev;
+    pid_t pid;
+    hccl_stream_t stream;
+} shm_conn_t;
+
+typedef struct shm_ctx {
+    hccl_link_env_t *env;      /* borrowed */
+    char seg_name[SHM_NAME_BYTES];
+    bool seg_linked;           /* the name still exists in /dev/shm */
+    void *seg;                 /* owned mapping */
+    size_t seg_bytes;
+    size_t ring_bytes;
+    int uds_fd;                /* listener, closed once every peer is in */
+    int bell_fd;               /* our doorbell */
+    struct event *bell_ev;
+    shm_conn_t **conns;        /* [nranks], owned */
+    int *active;               /* ranks with a connection */
+    int nactive;
+} shm_ctx_t;
+
+size_t hccl_shm_slot_bytes(size_t ring_bytes);
+hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob);
+hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);
+void hccl_shm_conn_close(shm_conn_t *sc);
+void hccl_shm_teardown(shm_ctx_t *ctx);
+extern const hccl_stream_io_t hccl_shm_io;
+
+#endif

@@ -1,0 +1,291 @@
+/*
+ * shm set-up: the receive segment (0600, random name, unlinked as soon as
+ * every local peer has mapped it), and the doorbell hand-over over abstract
+ * unix sockets, which stay open afterwards: a peer that dies closes them,
+ * and that EOF is how a dead process is noticed (it never rings again).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "links/shm/shm.h"
+
+#define SHM_HELLO_MAGIC 0x4c4c4542u /* "BELL" */
+
+typedef struct {
+    uint32_t magic;
+    uint32_t rank;
+    uint64_t comm_id;
+    uint8_t secret[HCCL_SECRET_BYTES];
+} shm_hello_t;
+
+size_t hccl_shm_slot_bytes(size_t ring_bytes)
+{
+    return SHM_RING_HDR_BYTES + ring_bytes;
+}
+
+static hcclResult_t random_name(const char *prefix, char *out, size_t len)
+{
+    uint8_t rnd[12];
+    int o;
+
+    HCCL_CHECK(hccl_random_bytes(rnd, sizeof(rnd)));
+    o = snprintf(out, len, "%s", prefix);
+    for (size_t i = 0; i < sizeof(rnd) && (size_t)o + 2 < len; i++)
+        o += snprintf(out + o, len - (size_t)o, "%02x", rnd[i]);
+    return hcclSuccess;
+}
+
+static socklen_t uds_addr(const char *name, struct sockaddr_un *sun)
+{
+    size_t n = strlen(name);
+
+    memset(sun, 0, sizeof(*sun));
+    sun->sun_family = AF_UNIX;
+    memcpy(sun->sun_path + 1, name, n); /* abstract: leading NUL, nothing on disk */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob)
+{
+    hccl_link_env_t *env = ctx->env;
+    shm_card_t *card = blob;
+    struct sockaddr_un sun;
+    char uds_name[SHM_NAME_BYTES];
+    int fd;
+
+    ctx->ring_bytes = env->params->buffsize;
+    ctx->seg_bytes = SHM_SEG_HDR_BYTES + (size_t)env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
+    HCCL_CHECK(random_name("/hccl-", ctx->seg_name, sizeof(ctx->seg_name)));
+    fd = shm_open(ctx->seg_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return HCCL_FAIL(hcclSystemError, "shm: shm_open(%s): %s", ctx->seg_name, strerror(errno));
+    ctx->seg_linked = true;
+    /* Sparse: only the rings of real peers are ever touched. */
+    if (ftruncate(fd, (off_t)ctx->seg_bytes) != 0) {
+        close(fd);
+        return HCCL_FAIL(hcclSystemError, "shm: ftruncate(%s, %zu): %s", ctx->seg_name, ctx->seg_bytes,
+                         strerror(errno));
+    }
+    ctx->seg = mmap(NULL, ctx->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (ctx->seg == MAP_FAILED) {
+        ctx->seg = NULL;
+        return HCCL_FAIL(hcclSystemError, "shm: mmap(%s): %s", ctx->seg_name, strerror(errno));
+    }
+    ctx->bell_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ctx->bell_fd < 0)
+        return HCCL_FAIL(hcclSystemError, "shm: eventfd: %s", strerror(errno));
+    HCCL_CHECK(random_name("hccl-", uds_name, sizeof(uds_name)));
+    ctx->uds_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ctx->uds_fd < 0)
+        return HCCL_FAIL(hcclSystemError, "shm: socket(AF_UNIX): %s", strerror(errno));
+    if (bind(ctx->uds_fd, (struct sockaddr *)&sun, uds_addr(uds_name, &sun)) != 0 ||
+        listen(ctx->uds_fd, SOMAXCONN) != 0)
+        return HCCL_FAIL(hcclSystemError, "shm: bind/listen(@%s): %s", uds_name, strerror(errno));
+    memset(card, 0, sizeof(*card));
+    snprintf(card->seg, sizeof(card->seg), "%s", ctx->seg_name);
+    snprintf(card->uds, sizeof(card->uds), "%s", uds_name);
+    card->ring_bytes = ctx->ring_bytes;
+    return hcclSuccess;
+}
+
+static hcclResult_t shm_map_peer(shm_ctx_t *ctx, shm_conn_t *sc, const shm_card_t *card)
+{
+    int me = ctx->env->rank;
+    size_t want = SHM_SEG_HDR_BYTES + (size_t)ctx->env->nranks * hccl_shm_slot_bytes(card->ring_bytes);
+    struct stat st;
+    int fd = shm_open(card->seg, O_RDWR | O_CLOEXEC, 0);
+
+    if (fd < 0)
+        return HCCL_FAIL(hcclSystemError, "rank %d: shm: cannot open rank %d's segment %s: %s", me,
+                         sc->conn.peer, card->seg, strerror(errno));
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size != want) {
+        close(fd);
+        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: rank %d's segment %s has the wrong size", me,
+                         sc->conn.peer, card->seg);
+    }
+    sc->peer_seg = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (sc->peer_seg == MAP_FAILED) {
+        sc->peer_seg = NULL;
+        return HCCL_FAIL(hcclSystemError, "rank %d: shm: mmap of rank %d's segment: %s", me,
+                         sc->conn.peer, strerror(errno));
+    }
+    sc->peer_seg_bytes = want;
+    sc->tx_ring = (shm_ring_hdr_t *)((char *)sc->peer_seg + SHM_SEG_HDR_BYTES +
+                                     (size_t)me * hccl_shm_slot_bytes(card->ring_bytes));
+    sc->rx_ring = (shm_ring_hdr_t *)((char *)ctx->seg + SHM_SEG_HDR_BYTES +
+                                     (size_t)sc->conn.peer * hccl_shm_slot_bytes(ctx->ring_bytes));
+    return hcclSuccess;
+}
+
+/* Hands our doorbell to the peer, with the communicator's id and secret. */
+static hcclResult_t shm_send_bell(shm_ctx_t *ctx, shm_conn_t *sc, const shm_card_t *card,
+                                  int64_t deadline_ms)
+{
+    hccl_link_env_t *env = ctx->env;
+    shm_hello_t hello = {.magic = SHM_HELLO_MAGIC, .rank = (uint32_t)env->rank, .comm_id = env->comm_id};
+    struct sockaddr_un sun;
+    struct iovec iov = {&hello, sizeof(hello)};
+    char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    struct pollfd p;
+
+    memcpy(hello.secret, env->secret, sizeof(hello.secret));
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &ctx->bell_fd, sizeof(int));
+    sc->out_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (sc->out_fd < 0)
+        return HCCL_FAIL(hcclSystemError, "shm: socket(AF_UNIX): %s", strerror(errno));
+    if (connect(sc->out_fd, (struct sockaddr *)&sun, uds_addr(card->uds, &sun)) != 0)
+        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: connect to rank %d (@%s): %s", env->rank,
+                         sc->conn.peer, card->uds, strerror(errno));
+    p.fd = sc->out_fd;
+    p.events = POLLOUT;
+    if (poll(&p, 1, (int)(deadline_ms > hccl_now_ms() ? deadline_ms - hccl_now_ms() : 0)) != 1 ||
+        sendmsg(sc->out_fd, &msg, MSG_NOSIGNAL) != (ssize_t)sizeof(hello))
+        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: sending the doorbell to rank %d: %s",
+                         env->rank, sc->conn.peer, strerror(errno));
+    return hcclSuccess;
+}
+
+/* Receives one peer's doorbell; a stranger is closed and logged, never trusted. */
+static hcclResult_t shm_accept_bell(shm_ctx_t *ctx, int64_t deadline_ms, int *got_p)
+{
+    hccl_link_env_t *env = ctx->env;
+    shm_hello_t hello;
+    struct iovec iov = {&hello, sizeof(hello)};
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *cm;
+    int bell = -1;
+    ssize_t n;
+    int fd = accept4(ctx->uds_fd, NULL, NULL, SOCK_CLOEXEC);
+
+    *got_p = -1;
+    if (fd < 0)
+        return errno == EAGAIN || errno == EINTR ? hcclSuccess
+                                                 : HCCL_FAIL(hcclSystemError, "shm: accept: %s",
+                                                             strerror(errno));
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int64_t left = deadline_ms - hccl_now_ms();
+    n = poll(&p, 1, left > 5000 ? 5000 : (int)(left > 0 ? left : 0)) == 1
+            ? recvmsg(fd, &msg, MSG_CMSG_CLOEXEC)
+            : -1;
+    cm = n == (ssize_t)sizeof(hello) ? CMSG_FIRSTHDR(&msg) : NULL;
+    if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+        cm->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(&bell, CMSG_DATA(cm), sizeof(int));
+    if (bell < 0 || hello.magic != SHM_HELLO_MAGIC || hello.comm_id != env->comm_id ||
+        !hccl_secret_equal(hello.secret, env->secret, HCCL_SECRET_BYTES) ||
+        hello.rank >= (uint32_t)env->nranks || !ctx->conns[hello.rank] ||
+        ctx->conns[hello.rank]->peer_bell >= 0) {
+        HCCL_WARN("rank %d: shm: rejected a doorbell connection without a valid hello for this "
+                  "communicator", env->rank);
+        if (bell >= 0)
+            close(bell);
+        close(fd);
+        return hcclSuccess;
+    }
+    ctx->conns[hello.rank]->peer_bell = bell;
+    ctx->conns[hello.rank]->in_fd = fd;
+    *got_p = (int)hello.rank;
+    return hcclSuccess;
+}
+
+hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms)
+{
+    hccl_link_env_t *env = ctx->env;
+    int waiting = npeers;
+
+    for (int i = 0; i < npeers; i++) {
+        shm_conn_t *sc = hccl_calloc(1, sizeof(*sc));
+        if (!sc)
+            return HCCL_FAIL(hcclSystemError, "shm: out of memory");
+        sc->ctx = ctx;
+        sc->conn.peer = peers[i];
+        sc->peer_bell = sc->out_fd = sc->in_fd = -1;
+        sc->pid = (pid_t)env->cards[peers[i]].pid;
+        ctx->conns[peers[i]] = sc;
+        ctx->active[ctx->nactive++] = peers[i];
+    }
+    for (int i = 0; i < npeers; i++) {
+        const shm_card_t *card = (const shm_card_t *)env->cards[peers[i]].blob[HCCL_LINK_SHM];
+        HCCL_CHECK(shm_map_peer(ctx, ctx->conns[peers[i]], card));
+        HCCL_CHECK(shm_send_bell(ctx, ctx->conns[peers[i]], card, deadline_ms));
+    }
+    while (waiting > 0) {
+        struct pollfd p = {.fd = ctx->uds_fd, .events = POLLIN};
+        int64_t left = deadline_ms - hccl_now_ms();
+        int got;
+        if (left <= 0)
+            return HCCL_FAIL(hcclTimeout, "rank %d: shm: %d local peers did not hand over their "
+                                          "doorbell before the connect timeout", env->rank, waiting);
+        if (poll(&p, 1, left > 1000 ? 1000 : (int)left) <= 0)
+            continue;
+        HCCL_CHECK(shm_accept_bell(ctx, deadline_ms, &got));
+        if (got >= 0)
+            waiting--;
+    }
+    /* Every local peer has mapped our segment (they map before they ring): drop the name. */
+    shm_unlink(ctx->seg_name);
+    ctx->seg_linked = false;
+    close(ctx->uds_fd);
+    ctx->uds_fd = -1;
+    return hcclSuccess;
+}
+
+void hccl_shm_conn_close(shm_conn_t *sc)
+{
+    if (sc->live_ev)
+        event_free(sc->live_ev);
+    sc->live_ev = NULL;
+    if (sc->out_fd >= 0)
+        close(sc->out_fd);
+    if (sc->in_fd >= 0)
+        close(sc->in_fd);
+    if (sc->peer_bell >= 0)
+        close(sc->peer_bell);
+    sc->out_fd = sc->in_fd = sc->peer_bell = -1;
+}
+
+void hccl_shm_teardown(shm_ctx_t *ctx)
+{
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        hccl_shm_conn_close(sc);
+        if (sc->peer_seg)
+            munmap(sc->peer_seg, sc->peer_seg_bytes);
+        hccl_free(sc);
+        ctx->conns[ctx->active[i]] = NULL;
+    }
+    ctx->nactive = 0;
+    if (ctx->bell_ev)
+        event_free(ctx->bell_ev);
+    ctx->bell_ev = NULL;
+    if (ctx->bell_fd >= 0)
+        close(ctx->bell_fd);
+    if (ctx->uds_fd >= 0)
+        close(ctx->uds_fd);
+    ctx->bell_fd = ctx->uds_fd = -1;
+    if (ctx->seg_linked)
+        shm_unlink(ctx->seg_name);
+    ctx->seg_linked = false;
+    if (ctx->seg)
+        munmap(ctx->seg, ctx->seg_bytes);
+    ctx->seg = NULL;
+}

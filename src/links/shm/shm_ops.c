@@ -1,0 +1,344 @@
+/* shm: the link vtable, the ring I/O, doorbell and liveness events, and the single-copy read. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "links/shm/shm.h"
+
+/* Bytes taken from one ring per doorbell before the other peers get a turn. */
+#define SHM_RX_BUDGET (4u << 20)
+/* process_vm_readv per call: bounded so one huge message does not hold the reactor for long. */
+#define SHM_CMA_PIECE (64u << 20)
+
+static char *ring_data(shm_ring_hdr_t *r)
+{
+    return (char *)r + SHM_RING_HDR_BYTES;
+}
+
+static void ring_bell(int fd)
+{
+    uint64_t one = 1;
+
+    if (fd >= 0 && write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        HCCL_WARN("shm: write(doorbell): %s", strerror(errno));
+}
+
+static ssize_t shm_io_read(hccl_stream_t *s, void *buf, size_t len)
+{
+    shm_conn_t *sc = s->transport;
+    shm_ring_hdr_t *r = sc->rx_ring;
+    size_t size = sc->ctx->ring_bytes;
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    size_t avail = (size_t)(head - tail), n = len < avail ? len : avail, at = (size_t)(tail % size);
+    size_t first = n < size - at ? n : size - at;
+
+    if (n == 0)
+        return 0;
+    memcpy(buf, ring_data(r) + at, first);
+    memcpy((char *)buf + first, ring_data(r), n - first);
+    atomic_store_explicit(&r->tail, tail + n, memory_order_seq_cst);
+    /* Pairs with the producer's flag-then-recheck: one of us sees the other. */
+    if (atomic_load_explicit(&r->producer_waiting, memory_order_seq_cst) &&
+        atomic_exchange(&r->producer_waiting, 0))
+        ring_bell(sc->peer_bell);
+    return (ssize_t)n;
+}
+
+static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
+{
+    shm_conn_t *sc = s->transport;
+    shm_ring_hdr_t *r = sc->tx_ring;
+    size_t size = sc->ctx->ring_bytes;
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+    size_t space = size - (size_t)(head - tail), done = 0;
+
+    if (space == 0) {
+        atomic_store_explicit(&r->producer_waiting, 1, memory_order_seq_cst);
+        tail = atomic_load_explicit(&r->tail, memory_order_seq_cst);
+        space = size - (size_t)(head - tail);
+        if (space == 0)
+            return 0; /* the consumer rings us when it frees space */
+    }
+    for (int i = 0; i < iovcnt && done < space; i++) {
+        const char *src = iov[i].iov_base;
+        size_t left = iov[i].iov_len < space - done ? iov[i].iov_len : space - done;
+        while (left > 0) {
+            size_t at = (size_t)((head + done) % size);
+            size_t n = left < size - at ? left : size - at;
+            memcpy(ring_data(r) + at, src, n);
+            src += n;
+            left -= n;
+            done += n;
+        }
+    }
+    atomic_store_explicit(&r->head, head + done, memory_order_release);
+    ring_bell(sc->peer_bell);
+    return (ssize_t)done;
+}
+
+static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
+{
+    shm_conn_t *sc = s->transport;
+    size_t done = 0;
+
+    while (done < x->len) {
+        size_t n = x->len - done < SHM_CMA_PIECE ? x->len - done : SHM_CMA_PIECE;
+        struct iovec local = {(char *)x->buf + done, n};
+        struct iovec remote = {(void *)(uintptr_t)(f->addr + done), n};
+        ssize_t got = process_vm_readv(sc->pid, &local, 1, &remote, 1, 0);
+        if (got > 0) {
+            done += (size_t)got;
+            continue;
+        }
+        if (got < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES) && done == 0) {
+            HCCL_INFO(HCCL_SUB_LINK, "rank %d: shm: single-copy read from rank %d refused (%s); "
+                      "using the rings", s->rank, s->peer, strerror(errno));
+            s->rndv_threshold = SIZE_MAX;
+            return hcclUnsupported;
+        }
+        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: single-copy read of %zu bytes from rank %d "
+                                          "(pid %d) failed: %s", s->rank, x->len, s->peer,
+                         (int)sc->pid, got < 0 ? strerror(errno) : "short read");
+    }
+    return hcclSuccess;
+}
+
+const hccl_stream_io_t hccl_shm_io = {
+    .read = shm_io_read,
+    .writev = shm_io_writev,
+    .rndv_read = shm_io_rndv_read,
+};
+
+static void shm_conn_fail(shm_conn_t *sc, hcclResult_t res)
+{
+    hccl_link_env_t *env = sc->ctx->env;
+    char msg[512];
+
+    if (sc->stream.failed)
+        return;
+    snprintf(msg, sizeof(msg), "%s", hccl_error_last());
+    hccl_stream_fail(&sc->stream, res);
+    hccl_shm_conn_close(sc);
+    env->on_fatal(env->fatal_arg, res, msg);
+}
+
+static void shm_progress_conn(shm_conn_t *sc, bool *more)
+{
+    hcclResult_t res;
+
+    if (sc->stream.failed)
+        return;
+    res = hccl_stream_rx(&sc->stream, SHM_RX_BUDGET);
+    if (res == hcclInProgress)
+        *more = true;
+    if (!hccl_is_failure(res))
+        res = hccl_stream_tx(&sc->stream);
+    if (hccl_is_failure(res))
+        shm_conn_fail(sc, res);
+}
+
+static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
+{
+    shm_ctx_t *ctx = arg;
+    uint64_t v;
+    bool more = false;
+
+    (void)what;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        HCCL_WARN("shm: read(doorbell): %s", strerror(errno));
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        sc->conn.last_activity_ms = hccl_now_ms();
+        shm_progress_conn(sc, &more);
+    }
+    if (more && ctx->bell_ev)
+        event_active(ctx->bell_ev, EV_READ, 0); /* budget used up: come back after the others */
+}
+
+static void shm_on_peer_gone(evutil_socket_t fd, short what, void *arg)
+{
+    shm_conn_t *sc = arg;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+
+    (void)what;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    /* What it wrote before going is still in our ring: its goodbye may be there. */
+    if (!sc->stream.failed && !hccl_is_failure(hccl_stream_rx(&sc->stream, SIZE_MAX)) &&
+        sc->stream.peer_bye) {
+        HCCL_INFO(HCCL_SUB_LINK, "rank %d: rank %d closed its shm connection", sc->ctx->env->rank,
+                  sc->conn.peer);
+        hccl_shm_conn_close(sc);
+        return;
+    }
+    hccl_error_set_quiet(hcclRemoteError, "rank %d: shm peer rank %d (pid %d) is gone: its process "
+                                          "exited or it closed the communicator",
+                         sc->ctx->env->rank, sc->conn.peer, (int)sc->pid);
+    shm_conn_fail(sc, hcclRemoteError);
+}
+
+static hcclResult_t shm_init(hccl_link_env_t *env, void *blob, void **ctx_p)
+{
+    shm_ctx_t *ctx = hccl_calloc(1, sizeof(*ctx));
+    hcclResult_t res;
+
+    if (!ctx)
+        return HCCL_FAIL(hcclSystemError, "shm: out of memory");
+    ctx->env = env;
+    ctx->uds_fd = ctx->bell_fd = -1;
+    ctx->conns = hccl_calloc((size_t)env->nranks, sizeof(*ctx->conns));
+    ctx->active = hccl_calloc((size_t)env->nranks, sizeof(*ctx->active));
+    if (!ctx->conns || !ctx->active) {
+        res = HCCL_FAIL(hcclSystemError, "shm: out of memory");
+        goto err_teardown;
+    }
+    HCCL_CHECK_GOTO(hccl_shm_setup(ctx, blob), res, err_teardown);
+    *ctx_p = ctx;
+    return hcclSuccess;
+
+err_teardown:
+    hccl_shm_teardown(ctx);
+    hccl_free(ctx->conns);
+    hccl_free(ctx->active);
+    hccl_free(ctx);
+    return res;
+}
+
+static bool shm_reaches(const hccl_card_t *me, const hccl_card_t *peer)
+{
+    return strcmp(me->host, peer->host) == 0;
+}
+
+static void shm_allow_single_copy(void)
+{
+    /* Under Yama ptrace_scope 1 a sibling may not read our memory unless we allow it. */
+#ifdef PR_SET_PTRACER
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+    int scope = 0;
+
+    if (!f)
+        return;
+    if (fscanf(f, "%d", &scope) == 1 && scope == 1)
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    fclose(f);
+#endif
+}
+
+static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_t deadline_ms,
+                                hccl_conn_t **conns)
+{
+    shm_ctx_t *ctx = vctx;
+    hccl_link_env_t *env = ctx->env;
+    struct event_base *base = hccl_reactor_base(env->reactor);
+
+    shm_allow_single_copy();
+    HCCL_CHECK(hccl_shm_connect_all(ctx, peers, npeers, deadline_ms));
+    ctx->bell_ev = event_new(base, ctx->bell_fd, EV_READ | EV_PERSIST, shm_on_bell, ctx);
+    if (!ctx->bell_ev || event_add(ctx->bell_ev, NULL) != 0)
+        return HCCL_FAIL(hcclSystemError, "shm: cannot register the doorbell");
+    for (int i = 0; i < npeers; i++) {
+        shm_conn_t *sc = ctx->conns[peers[i]];
+        sc->conn.ops = &hccl_link_shm_ops;
+        sc->conn.ctx = ctx;
+        sc->conn.priv = sc;
+        sc->conn.last_activity_ms = hccl_now_ms();
+        hccl_stream_init(&sc->stream, &hccl_shm_io, env->reactor, sc, env->rank, peers[i],
+                         env->params->cma_threshold);
+        sc->live_ev = event_new(base, sc->out_fd, EV_READ | EV_PERSIST, shm_on_peer_gone, sc);
+        if (!sc->live_ev || event_add(sc->live_ev, NULL) != 0)
+            return HCCL_FAIL(hcclSystemError, "shm: cannot watch rank %d", peers[i]);
+        conns[peers[i]] = &sc->conn;
+        HCCL_INFO(HCCL_SUB_LINK, "rank %d: shm link to rank %d (pid %d) is up, ring %zu B, "
+                  "single-copy from %zu B", env->rank, peers[i], (int)sc->pid, ctx->ring_bytes,
+                  env->params->cma_threshold);
+    }
+    return hcclSuccess;
+}
+
+static hcclResult_t shm_post_send(hccl_conn_t *c, hccl_xfer_t *x)
+{
+    shm_conn_t *sc = c->priv;
+    hcclResult_t res = hccl_stream_post_send(&sc->stream, x);
+
+    if (hccl_is_failure(res))
+        shm_conn_fail(sc, res);
+    return hcclSuccess;
+}
+
+static hcclResult_t shm_post_recv(hccl_conn_t *c, hccl_xfer_t *x)
+{
+    shm_conn_t *sc = c->priv;
+    hcclResult_t res = hccl_stream_post_recv(&sc->stream, x);
+
+    if (hccl_is_failure(res))
+        shm_conn_fail(sc, res); /* x was failed by the stream */
+    return hcclSuccess;
+}
+
+static void shm_abort(void *vctx, hcclResult_t res)
+{
+    shm_ctx_t *ctx = vctx;
+
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        hccl_stream_fail(&sc->stream, res);
+        hccl_shm_conn_close(sc); /* closing our sockets tells the peers */
+    }
+}
+
+static void shm_shutdown(void *vctx, int64_t deadline_ms)
+{
+    shm_ctx_t *ctx = vctx;
+
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        if (sc->stream.failed || sc->peer_bell < 0)
+            continue;
+        hccl_stream_send_bye(&sc->stream);
+        /* A full ring drains as the peer reads; it rings our doorbell when it does. */
+        while (hccl_stream_tx(&sc->stream) == hcclInProgress) {
+            struct pollfd p = {.fd = ctx->bell_fd, .events = POLLIN};
+            int64_t left = deadline_ms - hccl_now_ms();
+            uint64_t v;
+            if (left <= 0 || poll(&p, 1, (int)(left < 100 ? left : 100)) < 0)
+                break;
+            if (read(ctx->bell_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                break;
+        }
+    }
+}
+
+static void shm_fini(void *vctx)
+{
+    shm_ctx_t *ctx = vctx;
+
+    if (!ctx)
+        return;
+    for (int i = 0; i < ctx->nactive; i++)
+        hccl_stream_fail(&ctx->conns[ctx->active[i]]->stream, hcclAborted);
+    hccl_shm_teardown(ctx);
+    hccl_free(ctx->conns);
+    hccl_free(ctx->active);
+    hccl_free(ctx);
+}
+
+const hccl_link_ops_t hccl_link_shm_ops = {
+    .size = sizeof(hccl_link_ops_t),
+    .name = "shm",
+    .id = HCCL_LINK_SHM,
+    .init = shm_init,
+    .reaches = shm_reaches,
+    .connect = shm_connect,
+    .post_send = shm_post_send,
+    .post_recv = shm_post_recv,
+    .abort = shm_abort,
+    .shutdown = shm_shutdown,
+    .fini = shm_fini,
+};

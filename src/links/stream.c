@@ -1,0 +1,445 @@
+/* The framing engine of byte-stream links (see stream.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "links/stream.h"
+
+void hccl_stream_init(hccl_stream_t *s, const hccl_stream_io_t *io, hccl_reactor_t *r, void *transport,
+                      int rank, int peer, size_t rndv_threshold)
+{
+    memset(s, 0, sizeof(*s));
+    s->io = io;
+    s->reactor = r;
+    s->transport = transport;
+    s->rank = rank;
+    s->peer = peer;
+    s->rndv_threshold = io->rndv_read ? rndv_threshold : SIZE_MAX;
+}
+
+static hcclResult_t stream_protocol_error(hccl_stream_t *s, const char *what)
+{
+    return HCCL_FAIL(hcclRemoteError,
+                     "rank %d: malformed frame from rank %d (%s: type %u, seq %llu, tag %u, len %llu); "
+                     "closing the connection",
+                     s->rank, s->peer, what, s->rx_hdr.type, (unsigned long long)s->rx_hdr.seq,
+                     s->rx_hdr.tag, (unsigned long long)s->rx_hdr.len);
+}
+
+/* A transfer taken off a queue whose frame is bad: it fails with the connection. */
+static hcclResult_t stream_fail_xfer(hccl_stream_t *s, hccl_xfer_t *x, hcclResult_t res)
+{
+    hccl_xfer_complete_later(s->reactor, x, res);
+    return res;
+}
+
+static hcclResult_t stream_peer_gone(hccl_stream_t *s)
+{
+    return HCCL_FAIL(hcclRemoteError,
+                     "rank %d: rank %d has destroyed its communicator but this rank still expects "
+                     "data from it (did the ranks call different collectives?)", s->rank, s->peer);
+}
+
+static void frame_fill(hccl_frame_t *f, uint16_t type, uint64_t seq, uint32_t tag, uint64_t len,
+                       uint64_t addr)
+{
+    memset(f, 0, sizeof(*f));
+    f->magic = HCCL_WIRE_MAGIC;
+    f->version = HCCL_WIRE_VERSION;
+    f->type = type;
+    f->seq = seq;
+    f->tag = tag;
+    f->len = len;
+    f->addr = addr;
+}
+
+static hcclResult_t stream_queue_ctl(hccl_stream_t *s, uint16_t type, uint64_t seq, uint32_t tag)
+{
+    hccl_ctl_t *c = hccl_calloc(1, sizeof(*c));
+
+    if (!c)
+        return HCCL_FAIL(hcclSystemError, "rank %d: out of memory for a control frame", s->rank);
+    frame_fill(&c->f, type, seq, tag, 0, 0);
+    if (s->ctl_tail)
+        s->ctl_tail->next = c;
+    else
+        s->ctl_head = c;
+    s->ctl_tail = c;
+    return hccl_stream_tx(s);
+}
+
+bool hccl_stream_tx_pending(const hccl_stream_t *s)
+{
+    return !s->failed && (s->tx_cur || s->tx_ctl || s->ctl_head || s->txq.head);
+}
+
+/* Picks the next frame to write: control frames first, they unblock the peer. */
+static void stream_tx_next(hccl_stream_t *s)
+{
+    if (s->ctl_head) {
+        s->tx_ctl = s->ctl_head;
+        s->ctl_head = s->ctl_head->next;
+        if (!s->ctl_head)
+            s->ctl_tail = NULL;
+        s->tx_hdr = s->tx_ctl->f;
+    } else {
+        hccl_xfer_t *x = hccl_xfer_queue_pop(&s->txq);
+        bool rndv = x->len >= s->rndv_threshold;
+        s->tx_cur = x;
+        frame_fill(&s->tx_hdr, rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA, x->seq, x->tag, x->len,
+                   rndv ? (uint64_t)(uintptr_t)x->buf : 0);
+    }
+    s->tx_hdr_done = 0;
+    s->tx_payload_done = 0;
+}
+
+static void stream_tx_frame_done(hccl_stream_t *s)
+{
+    if (s->tx_ctl) {
+        hccl_free(s->tx_ctl);
+        s->tx_ctl = NULL;
+        return;
+    }
+    if (s->tx_hdr.type == HCCL_FRAME_RTS) {
+        hccl_xfer_queue_push(&s->await_fin, s->tx_cur);
+    } else {
+        s->tx_cur->moved = s->tx_cur->len;
+        hccl_xfer_complete_later(s->reactor, s->tx_cur, hcclSuccess);
+    }
+    s->tx_cur = NULL;
+}
+
+hcclResult_t hccl_stream_tx(hccl_stream_t *s)
+{
+    while (!s->failed) {
+        struct iovec iov[2];
+        int n = 0;
+        size_t payload;
+        ssize_t w;
+
+        if (!s->tx_cur && !s->tx_ctl) {
+            if (!s->ctl_head && !s->txq.head)
+                return hcclSuccess;
+            stream_tx_next(s);
+        }
+        payload = s->tx_hdr.type == HCCL_FRAME_DATA ? s->tx_cur->len : 0;
+        if (s->tx_hdr_done < sizeof(s->tx_hdr)) {
+            iov[n].iov_base = (char *)&s->tx_hdr + s->tx_hdr_done;
+            iov[n++].iov_len = sizeof(s->tx_hdr) - s->tx_hdr_done;
+        }
+        if (s->tx_payload_done < payload) {
+            iov[n].iov_base = (char *)s->tx_cur->buf + s->tx_payload_done;
+            iov[n++].iov_len = payload - s->tx_payload_done;
+        }
+        if (n == 0) {
+            stream_tx_frame_done(s);
+            continue;
+        }
+        w = s->io->writev(s, iov, n);
+        if (w < 0)
+            return hcclRemoteError;
+        if (w == 0)
+            return hcclInProgress; /* the wire is full: the transport wakes us */
+        size_t hdr_left = sizeof(s->tx_hdr) - s->tx_hdr_done;
+        size_t used = (size_t)w < hdr_left ? (size_t)w : hdr_left;
+        s->tx_hdr_done += used;
+        s->tx_payload_done += (size_t)w - used;
+    }
+    return hcclRemoteError;
+}
+
+hcclResult_t hccl_stream_post_send(hccl_stream_t *s, hccl_xfer_t *x)
+{
+    if (s->failed) {
+        hccl_xfer_complete_later(s->reactor, x, s->fail_res);
+        return hcclSuccess;
+    }
+    if (s->peer_bye)
+        return stream_fail_xfer(s, x, stream_peer_gone(s));
+    hccl_xfer_queue_push(&s->txq, x);
+    return hccl_stream_tx(s);
+}
+
+static void unexp_remove(hccl_stream_t *s, hccl_unexp_t *prev, hccl_unexp_t *u)
+{
+    if (prev)
+        prev->next = u->next;
+    else
+        s->unexp_head = u->next;
+    if (s->unexp_tail == u)
+        s->unexp_tail = prev;
+}
+
+static hcclResult_t stream_check_len(hccl_stream_t *s, const hccl_frame_t *f, const hccl_xfer_t *x)
+{
+    if (f->len == x->len)
+        return hcclSuccess;
+    return HCCL_FAIL(hcclInvalidUsage,
+                     "rank %d: rank %d sent %llu bytes for seq %llu tag %u but %zu were expected "
+                     "(do the ranks call the same collective with the same count and type?)",
+                     s->rank, s->peer, (unsigned long long)f->len, (unsigned long long)f->seq, f->tag,
+                     x->len);
+}
+
+/* Hands an RTS message to the transport's single-copy read; falls back to DATA on refusal. */
+static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
+{
+    hcclResult_t res = s->io->rndv_read ? s->io->rndv_read(s, f, x) : hcclUnsupported;
+
+    if (res == hcclSuccess) {
+        x->moved = x->len;
+        hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
+        return stream_queue_ctl(s, HCCL_FRAME_FIN, f->seq, f->tag);
+    }
+    if (res != hcclUnsupported)
+        return stream_fail_xfer(s, x, res);
+    /* Keep the receive posted: the payload comes again as DATA. */
+    x->next = s->posted.head;
+    s->posted.head = x;
+    if (!s->posted.tail)
+        s->posted.tail = x;
+    return stream_queue_ctl(s, HCCL_FRAME_NACK, f->seq, f->tag);
+}
+
+hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
+{
+    hccl_unexp_t *prev = NULL;
+
+    if (s->failed) {
+        hccl_xfer_complete_later(s->reactor, x, s->fail_res);
+        return hcclSuccess;
+    }
+
+    for (hccl_unexp_t *u = s->unexp_head; u; prev = u, u = u->next) {
+        hccl_frame_t f = u->f;
+        if (f.seq != x->seq || f.tag != x->tag)
+            continue;
+        unexp_remove(s, prev, u);
+        if (stream_check_len(s, &f, x) != hcclSuccess) {
+            hccl_free(u->data);
+            hccl_free(u);
+            return stream_fail_xfer(s, x, hcclInvalidUsage);
+        }
+        if (f.type == HCCL_FRAME_RTS) {
+            hccl_free(u);
+            return stream_rndv(s, &f, x);
+        }
+        if (x->len)
+            memcpy(x->buf, u->data, x->len);
+        hccl_free(u->data);
+        hccl_free(u);
+        x->moved = x->len;
+        hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
+        return hcclSuccess;
+    }
+    if (s->peer_bye)
+        return stream_fail_xfer(s, x, stream_peer_gone(s));
+    hccl_xfer_queue_push(&s->posted, x);
+    return hcclSuccess;
+}
+
+static hcclResult_t stream_hold(hccl_stream_t *s, bool with_payload)
+{
+    hccl_unexp_t *u = hccl_calloc(1, sizeof(*u));
+
+    if (!u)
+        return HCCL_FAIL(hcclSystemError, "rank %d: out of memory holding a message", s->rank);
+    u->f = s->rx_hdr;
+    if (with_payload && s->rx_hdr.len) {
+        u->data = hccl_malloc(s->rx_hdr.len);
+        if (!u->data) {
+            hccl_free(u);
+            return HCCL_FAIL(hcclSystemError, "rank %d: out of memory holding %llu bytes from rank %d",
+                             s->rank, (unsigned long long)s->rx_hdr.len, s->peer);
+        }
+    }
+    if (with_payload) {
+        s->rx_unexp = u;
+        s->rx_dst = u->data;
+        s->rx_left = s->rx_hdr.len;
+        s->rx_in_payload = true;
+        return hcclSuccess;
+    }
+    if (s->unexp_tail)
+        s->unexp_tail->next = u;
+    else
+        s->unexp_head = u;
+    s->unexp_tail = u;
+    return hcclSuccess;
+}
+
+/* The peer finished every collective and closed: its EOF is no failure, but a wait on it is. */
+static hcclResult_t stream_on_bye(hccl_stream_t *s)
+{
+    s->peer_bye = true;
+    if (s->posted.head || s->await_fin.head)
+        return stream_peer_gone(s);
+    return hcclSuccess;
+}
+
+static hcclResult_t stream_on_header(hccl_stream_t *s)
+{
+    const hccl_frame_t *f = &s->rx_hdr;
+    hccl_xfer_t *x;
+
+    if (f->magic != HCCL_WIRE_MAGIC || f->version != HCCL_WIRE_VERSION)
+        return stream_protocol_error(s, "bad magic or version");
+    switch (f->type) {
+    case HCCL_FRAME_DATA:
+    case HCCL_FRAME_RTS:
+        if (f->len > HCCL_WIRE_MAX_LEN)
+            return stream_protocol_error(s, "length too large");
+        x = hccl_xfer_queue_take(&s->posted, f->seq, f->tag);
+        if (!x)
+            return stream_hold(s, f->type == HCCL_FRAME_DATA);
+        if (stream_check_len(s, f, x) != hcclSuccess)
+            return stream_fail_xfer(s, x, hcclInvalidUsage);
+        if (f->type == HCCL_FRAME_RTS)
+            return stream_rndv(s, f, x);
+        s->rx_xfer = x;
+        s->rx_dst = x->buf;
+        s->rx_left = x->len;
+        s->rx_in_payload = true;
+        return hcclSuccess;
+    case HCCL_FRAME_BYE:
+        return stream_on_bye(s);
+    case HCCL_FRAME_FIN:
+    case HCCL_FRAME_NACK:
+        x = hccl_xfer_queue_take(&s->await_fin, f->seq, f->tag);
+        if (!x || f->len != 0)
+            return stream_protocol_error(s, "acknowledges no offered message");
+        if (f->type == HCCL_FRAME_FIN) {
+            x->moved = x->len;
+            hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
+            return hcclSuccess;
+        }
+        /* The peer cannot read our memory: never offer again, resend as DATA first. */
+        s->rndv_threshold = SIZE_MAX;
+        x->next = s->txq.head;
+        s->txq.head = x;
+        if (!s->txq.tail)
+            s->txq.tail = x;
+        return hccl_stream_tx(s);
+    default:
+        return stream_protocol_error(s, "unknown type");
+    }
+}
+
+static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
+{
+    s->rx_in_payload = false;
+    if (s->rx_xfer) {
+        s->rx_xfer->moved = s->rx_xfer->len;
+        hccl_xfer_complete_later(s->reactor, s->rx_xfer, hcclSuccess);
+        s->rx_xfer = NULL;
+        return hcclSuccess;
+    } else {
+        hccl_unexp_t *u = s->rx_unexp;
+        /* Its receive may have been posted while the payload was still arriving. */
+        hccl_xfer_t *x = hccl_xfer_queue_take(&s->posted, u->f.seq, u->f.tag);
+        s->rx_unexp = NULL;
+        if (x) {
+            hcclResult_t res = stream_check_len(s, &u->f, x);
+            if (res == hcclSuccess && x->len)
+                memcpy(x->buf, u->data, x->len);
+            x->moved = x->len;
+            hccl_xfer_complete_later(s->reactor, x, res);
+            hccl_free(u->data);
+            hccl_free(u);
+            return res;
+        }
+        if (s->unexp_tail)
+            s->unexp_tail->next = u;
+        else
+            s->unexp_head = u;
+        s->unexp_tail = u;
+    }
+    return hcclSuccess;
+}
+
+hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
+{
+    size_t total = 0;
+
+    while (!s->failed && total < max_bytes) {
+        ssize_t n;
+
+        if (s->rx_in_payload) {
+            if (s->rx_left == 0) {
+                HCCL_CHECK(stream_on_payload_done(s));
+                continue;
+            }
+            n = s->io->read(s, s->rx_dst, s->rx_left);
+            if (n <= 0)
+                return n < 0 ? hcclRemoteError : hcclSuccess;
+            s->rx_dst += n;
+            s->rx_left -= (size_t)n;
+            total += (size_t)n;
+            if (s->rx_left == 0)
+                HCCL_CHECK(stream_on_payload_done(s));
+            continue;
+        }
+        n = s->io->read(s, (char *)&s->rx_hdr + s->rx_hdr_got, sizeof(s->rx_hdr) - s->rx_hdr_got);
+        if (n <= 0)
+            return n < 0 ? hcclRemoteError : hcclSuccess;
+        s->rx_hdr_got += (size_t)n;
+        total += (size_t)n;
+        if (s->rx_hdr_got == sizeof(s->rx_hdr)) {
+            s->rx_hdr_got = 0;
+            HCCL_CHECK(stream_on_header(s));
+        }
+    }
+    return s->failed ? s->fail_res : hcclInProgress;
+}
+
+static void fail_queue(hccl_stream_t *s, hccl_xfer_queue_t *q, hcclResult_t res)
+{
+    hccl_xfer_t *x;
+
+    while ((x = hccl_xfer_queue_pop(q)))
+        hccl_xfer_complete_later(s->reactor, x, res);
+}
+
+hcclResult_t hccl_stream_send_bye(hccl_stream_t *s)
+{
+    if (s->failed || s->bye_sent)
+        return hcclSuccess;
+    s->bye_sent = true;
+    return stream_queue_ctl(s, HCCL_FRAME_BYE, 0, 0);
+}
+
+void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res)
+{
+    if (s->failed)
+        return;
+    s->failed = true;
+    s->fail_res = res;
+    if (s->tx_cur && !(s->tx_hdr.type == HCCL_FRAME_RTS && s->tx_hdr_done == sizeof(s->tx_hdr)))
+        hccl_xfer_complete_later(s->reactor, s->tx_cur, res);
+    s->tx_cur = NULL;
+    if (s->rx_xfer)
+        hccl_xfer_complete_later(s->reactor, s->rx_xfer, res);
+    s->rx_xfer = NULL;
+    fail_queue(s, &s->txq, res);
+    fail_queue(s, &s->await_fin, res);
+    fail_queue(s, &s->posted, res);
+    hccl_free(s->tx_ctl);
+    s->tx_ctl = NULL;
+    while (s->ctl_head) {
+        hccl_ctl_t *c = s->ctl_head;
+        s->ctl_head = c->next;
+        hccl_free(c);
+    }
+    s->ctl_tail = NULL;
+    if (s->rx_unexp) {
+        hccl_free(s->rx_unexp->data);
+        hccl_free(s->rx_unexp);
+        s->rx_unexp = NULL;
+    }
+    while (s->unexp_head) {
+        hccl_unexp_t *u = s->unexp_head;
+        s->unexp_head = u->next;
+        hccl_free(u->data);
+        hccl_free(u);
+    }
+    s->unexp_tail = NULL;
+}

@@ -1,0 +1,108 @@
+/*
+ * The framing engine shared by links whose wire is a byte stream (tcp
+ * sockets, shm rings): frames carry (sequence number, tag, length) so that
+ * transfers of different steps and collectives never mix, data that arrives
+ * before its receive is held, and a malformed frame fails the connection.
+ */
+#ifndef HCCL_LINK_STREAM_H
+#define HCCL_LINK_STREAM_H
+
+#include <sys/uio.h>
+
+#include "links/link.h"
+
+#define HCCL_WIRE_MAGIC 0x4c434348u /* "HCCL" little-endian */
+#define HCCL_WIRE_VERSION 1
+/* Largest single message accepted from the wire (protects the unexpected-message allocation). */
+#define HCCL_WIRE_MAX_LEN (1ull << 40)
+
+enum {
+    HCCL_FRAME_DATA = 1, /* len payload bytes follow */
+    HCCL_FRAME_RTS = 2,  /* single-copy offer: read len bytes at addr in the sender's memory */
+    HCCL_FRAME_FIN = 3,  /* the receiver has read an RTS message */
+    HCCL_FRAME_NACK = 4, /* the receiver cannot read it: send it as DATA */
+    HCCL_FRAME_BYE = 5,  /* the sender destroyed its communicator: its EOF is expected */
+};
+
+typedef struct {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t tag;
+    uint32_t reserved;
+    uint64_t seq;
+    uint64_t len;
+    uint64_t addr;
+} hccl_frame_t;
+
+typedef struct hccl_stream hccl_stream_t;
+
+typedef struct hccl_stream_io {
+    /* Bytes read/written (> 0), 0 when it would block, < 0 on error (message recorded). */
+    ssize_t (*read)(hccl_stream_t *s, void *buf, size_t len);
+    ssize_t (*writev)(hccl_stream_t *s, const struct iovec *iov, int iovcnt);
+    /* Single-copy read of an RTS message into x (optional). hcclUnsupported: fall back. */
+    hcclResult_t (*rndv_read)(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x);
+} hccl_stream_io_t;
+
+typedef struct hccl_ctl {
+    hccl_frame_t f;
+    struct hccl_ctl *next;
+} hccl_ctl_t;
+
+typedef struct hccl_unexp {
+    hccl_frame_t f;
+    char *data;               /* owned; DATA payload, NULL for RTS */
+    struct hccl_unexp *next;
+} hccl_unexp_t;
+
+struct hccl_stream {
+    const hccl_stream_io_t *io;
+    hccl_reactor_t *reactor;  /* borrowed */
+    void *transport;          /* borrowed: the link's connection */
+    int rank;
+    int peer;
+    size_t rndv_threshold;    /* sends of at least this go RTS; SIZE_MAX = never */
+    bool failed;
+    hcclResult_t fail_res;
+    bool bye_sent;            /* we are closing gracefully */
+    bool peer_bye;            /* the peer is closing gracefully */
+    /* transmit */
+    hccl_xfer_queue_t txq;    /* sends not yet fully written; head in progress */
+    hccl_ctl_t *ctl_head;     /* control frames, sent before the next message */
+    hccl_ctl_t *ctl_tail;
+    hccl_ctl_t *tx_ctl;       /* control frame being written */
+    hccl_xfer_t *tx_cur;      /* send being written */
+    hccl_frame_t tx_hdr;
+    size_t tx_hdr_done;
+    size_t tx_payload_done;
+    hccl_xfer_queue_t await_fin; /* RTS sent, waiting for FIN/NACK */
+    /* receive */
+    hccl_frame_t rx_hdr;
+    size_t rx_hdr_got;
+    bool rx_in_payload;
+    char *rx_dst;
+    size_t rx_left;
+    hccl_xfer_t *rx_xfer;     /* the receive being filled, or NULL */
+    hccl_unexp_t *rx_unexp;   /* the unexpected message being filled, or NULL */
+    hccl_xfer_queue_t posted; /* receives without a message yet */
+    hccl_unexp_t *unexp_head; /* messages without a receive yet, in arrival order */
+    hccl_unexp_t *unexp_tail;
+};
+
+void hccl_stream_init(hccl_stream_t *s, const hccl_stream_io_t *io, hccl_reactor_t *r, void *transport,
+                      int rank, int peer, size_t rndv_threshold);
+/* Queues x; writes what it can now. Failure means the connection is broken. */
+hcclResult_t hccl_stream_post_send(hccl_stream_t *s, hccl_xfer_t *x);
+hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x);
+/* Writes until done or the wire is full. */
+hcclResult_t hccl_stream_tx(hccl_stream_t *s);
+/* Reads and dispatches until nothing is left, or max_bytes were read. */
+hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes);
+bool hccl_stream_tx_pending(const hccl_stream_t *s);
+/* Queues the goodbye of a graceful close (then hccl_stream_tx flushes it). */
+hcclResult_t hccl_stream_send_bye(hccl_stream_t *s);
+/* Fails every transfer (completion deferred) and drops held messages. Idempotent. */
+void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res);
+
+#endif /* HCCL_LINK_STREAM_H */

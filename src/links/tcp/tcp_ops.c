@@ -1,0 +1,283 @@
+/* tcp: the link vtable, the socket events and the stream I/O over a socket. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "links/tcp/tcp.h"
+
+/* Bytes read per readable event before giving the other connections a turn. */
+#define TCP_RX_BUDGET (4u << 20)
+
+static ssize_t tcp_io_read(hccl_stream_t *s, void *buf, size_t len)
+{
+    tcp_conn_t *tc = s->transport;
+    ssize_t n = recv(tc->fd, buf, len, 0);
+
+    if (n > 0)
+        return n;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    hccl_error_set_quiet(hcclRemoteError, "rank %d: tcp connection to rank %d (%s) %s", s->rank,
+                         s->peer, tc->peer_addr,
+                         n == 0 ? "closed by the peer (it died or disconnected)" : strerror(errno));
+    return -1;
+}
+
+static ssize_t tcp_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
+{
+    tcp_conn_t *tc = s->transport;
+    struct msghdr msg = {.msg_iov = (struct iovec *)(uintptr_t)iov, .msg_iovlen = (size_t)iovcnt};
+    ssize_t n = sendmsg(tc->fd, &msg, MSG_NOSIGNAL);
+
+    if (n >= 0)
+        return n;
+    if (errno == EAGAIN || errno == EINTR)
+        return 0;
+    hccl_error_set_quiet(hcclRemoteError, "rank %d: tcp send to rank %d (%s) failed: %s", s->rank,
+                         s->peer, tc->peer_addr, strerror(errno));
+    return -1;
+}
+
+static const hccl_stream_io_t tcp_io = {
+    .read = tcp_io_read,
+    .writev = tcp_io_writev,
+};
+
+/* The connection is broken: fail its transfers here, and the communicator everywhere. */
+static void tcp_conn_fail(tcp_conn_t *tc, hcclResult_t res)
+{
+    hccl_link_env_t *env = tc->ctx->env;
+    char msg[512];
+
+    if (tc->stream.failed)
+        return;
+    snprintf(msg, sizeof(msg), "%s", hccl_error_last());
+    hccl_stream_fail(&tc->stream, res);
+    hccl_tcp_conn_close(tc);
+    env->on_fatal(env->fatal_arg, res, msg);
+}
+
+static void tcp_update_write_interest(tcp_conn_t *tc)
+{
+    bool want = hccl_stream_tx_pending(&tc->stream);
+
+    if (want && !tc->write_armed)
+        event_add(tc->ev_write, NULL);
+    else if (!want && tc->write_armed)
+        event_del(tc->ev_write);
+    tc->write_armed = want;
+}
+
+static void tcp_on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    tcp_conn_t *tc = arg;
+    hcclResult_t res;
+
+    (void)fd, (void)what;
+    tc->conn.last_activity_ms = hccl_now_ms();
+    res = hccl_stream_rx(&tc->stream, TCP_RX_BUDGET);
+    if (hccl_is_failure(res) && tc->stream.peer_bye && !tc->stream.failed) {
+        /* The peer said goodbye first: its EOF ends the connection, not the communicator. */
+        HCCL_INFO(HCCL_SUB_LINK, "rank %d: rank %d closed its tcp connection", tc->ctx->env->rank,
+                  tc->conn.peer);
+        hccl_tcp_conn_close(tc);
+        return;
+    }
+    if (hccl_is_failure(res)) {
+        tcp_conn_fail(tc, res);
+        return;
+    }
+    tcp_update_write_interest(tc); /* receiving may have queued control frames */
+}
+
+static void tcp_on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    tcp_conn_t *tc = arg;
+    hcclResult_t res;
+
+    (void)fd, (void)what;
+    res = hccl_stream_tx(&tc->stream);
+    if (hccl_is_failure(res)) {
+        tcp_conn_fail(tc, res);
+        return;
+    }
+    tcp_update_write_interest(tc);
+}
+
+void hccl_tcp_conn_close(tcp_conn_t *tc)
+{
+    if (tc->ev_read)
+        event_free(tc->ev_read);
+    if (tc->ev_write)
+        event_free(tc->ev_write);
+    tc->ev_read = tc->ev_write = NULL;
+    tc->write_armed = false;
+    if (tc->fd >= 0)
+        close(tc->fd);
+    tc->fd = -1;
+}
+
+static hcclResult_t tcp_init(hccl_link_env_t *env, void *blob, void **ctx_p)
+{
+    tcp_ctx_t *ctx = hccl_calloc(1, sizeof(*ctx));
+    tcp_card_t *card = blob;
+    hcclResult_t res;
+
+    if (!ctx)
+        return HCCL_FAIL(hcclSystemError, "tcp: out of memory");
+    ctx->env = env;
+    ctx->listen_fd = -1;
+    ctx->conns = hccl_calloc((size_t)env->nranks, sizeof(*ctx->conns));
+    if (!ctx->conns) {
+        res = HCCL_FAIL(hcclSystemError, "tcp: out of memory");
+        goto err_free;
+    }
+    HCCL_CHECK_GOTO(hccl_socket_pick_addr(env->params->ifname, &ctx->addr), res, err_free);
+    HCCL_CHECK_GOTO(hccl_socket_listen(&ctx->addr, &ctx->listen_fd), res, err_free);
+    memset(card, 0, sizeof(*card));
+    card->family = ctx->addr.sa.sa_family;
+    if (card->family == AF_INET6) {
+        card->port = ctx->addr.in6.sin6_port;
+        memcpy(card->addr, &ctx->addr.in6.sin6_addr, 16);
+    } else {
+        card->port = ctx->addr.in4.sin_port;
+        memcpy(card->addr, &ctx->addr.in4.sin_addr, 4);
+    }
+    *ctx_p = ctx;
+    return hcclSuccess;
+
+err_free:
+    hccl_free(ctx->conns);
+    hccl_free(ctx);
+    return res;
+}
+
+static bool tcp_reaches(const hccl_card_t *me, const hccl_card_t *peer)
+{
+    (void)me, (void)peer;
+    return true;
+}
+
+static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_t deadline_ms,
+                                hccl_conn_t **conns)
+{
+    tcp_ctx_t *ctx = vctx;
+    hccl_link_env_t *env = ctx->env;
+    struct event_base *base = hccl_reactor_base(env->reactor);
+
+    HCCL_CHECK(hccl_tcp_connect_all(ctx, peers, npeers, deadline_ms));
+    for (int i = 0; i < npeers; i++) {
+        tcp_conn_t *tc = ctx->conns[peers[i]];
+        tc->conn.ops = &hccl_link_tcp_ops;
+        tc->conn.ctx = ctx;
+        tc->conn.peer = peers[i];
+        tc->conn.priv = tc;
+        tc->conn.last_activity_ms = hccl_now_ms();
+        hccl_stream_init(&tc->stream, &tcp_io, env->reactor, tc, env->rank, peers[i], SIZE_MAX);
+        tc->ev_read = event_new(base, tc->fd, EV_READ | EV_PERSIST, tcp_on_readable, tc);
+        tc->ev_write = event_new(base, tc->fd, EV_WRITE | EV_PERSIST, tcp_on_writable, tc);
+        if (!tc->ev_read || !tc->ev_write || event_add(tc->ev_read, NULL) != 0)
+            return HCCL_FAIL(hcclSystemError, "tcp: cannot register the socket to rank %d", peers[i]);
+        conns[peers[i]] = &tc->conn;
+    }
+    /* Every expected peer is in: nobody else may connect. */
+    close(ctx->listen_fd);
+    ctx->listen_fd = -1;
+    return hcclSuccess;
+}
+
+static hcclResult_t tcp_post_send(hccl_conn_t *c, hccl_xfer_t *x)
+{
+    tcp_conn_t *tc = c->priv;
+    hcclResult_t res = hccl_stream_post_send(&tc->stream, x);
+
+    if (hccl_is_failure(res)) {
+        tcp_conn_fail(tc, res);
+        return hcclSuccess; /* x was failed with the connection */
+    }
+    tcp_update_write_interest(tc);
+    return hcclSuccess;
+}
+
+static hcclResult_t tcp_post_recv(hccl_conn_t *c, hccl_xfer_t *x)
+{
+    tcp_conn_t *tc = c->priv;
+    hcclResult_t res = hccl_stream_post_recv(&tc->stream, x);
+
+    if (hccl_is_failure(res)) {
+        tcp_conn_fail(tc, res);
+        return hcclSuccess; /* x was failed by the stream */
+    }
+    tcp_update_write_interest(tc);
+    return hcclSuccess;
+}
+
+static void tcp_abort(void *vctx, hcclResult_t res)
+{
+    tcp_ctx_t *ctx = vctx;
+
+    for (int r = 0; r < ctx->env->nranks; r++) {
+        tcp_conn_t *tc = ctx->conns[r];
+        if (!tc)
+            continue;
+        hccl_stream_fail(&tc->stream, res);
+        hccl_tcp_conn_close(tc);
+    }
+}
+
+static void tcp_shutdown(void *vctx, int64_t deadline_ms)
+{
+    tcp_ctx_t *ctx = vctx;
+
+    for (int r = 0; r < ctx->env->nranks; r++) {
+        tcp_conn_t *tc = ctx->conns[r];
+        if (!tc || tc->fd < 0 || tc->stream.failed)
+            continue;
+        hccl_stream_send_bye(&tc->stream);
+        /* Bounded: a peer that stopped reading must not hold our destroy. */
+        while (hccl_stream_tx(&tc->stream) == hcclInProgress) {
+            struct pollfd p = {.fd = tc->fd, .events = POLLOUT};
+            int64_t left = deadline_ms - hccl_now_ms();
+            if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+                break;
+        }
+    }
+}
+
+static void tcp_fini(void *vctx)
+{
+    tcp_ctx_t *ctx = vctx;
+
+    if (!ctx)
+        return;
+    for (int r = 0; ctx->conns && r < ctx->env->nranks; r++) {
+        tcp_conn_t *tc = ctx->conns[r];
+        if (!tc)
+            continue;
+        hccl_stream_fail(&tc->stream, hcclAborted);
+        hccl_tcp_conn_close(tc);
+        hccl_free(tc);
+    }
+    if (ctx->listen_fd >= 0)
+        close(ctx->listen_fd);
+    hccl_free(ctx->conns);
+    hccl_free(ctx);
+}
+
+const hccl_link_ops_t hccl_link_tcp_ops = {
+    .size = sizeof(hccl_link_ops_t),
+    .name = "tcp",
+    .id = HCCL_LINK_TCP,
+    .init = tcp_init,
+    .reaches = tcp_reaches,
+    .connect = tcp_connect,
+    .post_send = tcp_post_send,
+    .post_recv = tcp_post_recv,
+    .abort = tcp_abort,
+    .shutdown = tcp_shutdown,
+    .fini = tcp_fini,
+};

@@ -1,0 +1,280 @@
+/*
+ * The reactor: an event_base, the thread (or caller's loop) that runs it,
+ * and a multi-producer post queue with an eventfd to wake it.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "reactor/reactor_impl.h"
+
+static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
+static int evthread_rc;
+
+static void evthread_init(void)
+{
+    /* The user's event_base may be driven from another thread than ours. */
+    evthread_rc = evthread_use_pthreads();
+}
+
+static void reactor_run_posts(hccl_reactor_t *r)
+{
+    hccl_post_t *list = atomic_exchange(&r->post_head, NULL);
+    hccl_post_t *rev = NULL;
+
+    /* The stack holds the newest first; run them in posting order. */
+    while (list) {
+        hccl_post_t *next = list->next;
+        list->next = rev;
+        rev = list;
+        list = next;
+    }
+    while (rev) {
+        hccl_post_t *next = rev->next;
+        rev->next = NULL;
+        rev->fn(rev);
+        rev = next;
+    }
+}
+
+static void reactor_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    hccl_reactor_t *r = arg;
+    uint64_t v;
+
+    (void)what;
+    r->loop_thread = pthread_self();
+    atomic_store(&r->loop_thread_set, true);
+    /* Read before running: a post that lands meanwhile rings again. */
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        HCCL_WARN("reactor: read(wake fd): %s", strerror(errno));
+    reactor_run_posts(r);
+}
+
+static void *reactor_thread_main(void *arg)
+{
+    hccl_reactor_t *r = arg;
+
+    hccl_log_set_rank(r->rank);
+    r->loop_thread = pthread_self();
+    atomic_store(&r->loop_thread_set, true);
+    while (!atomic_load(&r->stopping)) {
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0) {
+            HCCL_WARN("reactor: event_base_loop failed; progress thread stops");
+            break;
+        }
+    }
+    reactor_run_posts(r);
+    return NULL;
+}
+
+hcclResult_t hccl_reactor_create(struct event_base *external, int rank, hccl_reactor_t **r_p)
+{
+    hcclResult_t res;
+    hccl_reactor_t *r;
+
+    pthread_once(&evthread_once, evthread_init);
+    if (evthread_rc != 0)
+        return HCCL_FAIL(hcclSystemError, "evthread_use_pthreads failed");
+    r = hccl_calloc(1, sizeof(*r));
+    if (!r)
+        return HCCL_FAIL(hcclSystemError, "reactor: out of memory");
+    r->wake_fd = -1;
+    r->completion_fd = -1;
+    r->rank = rank;
+    pthread_mutex_init(&r->done_mtx, NULL);
+    pthread_cond_init(&r->done_cond, NULL);
+    pthread_mutex_init(&r->drive_mtx, NULL);
+    if (external) {
+        r->base = external;
+    } else {
+        r->base = event_base_new();
+        r->owns_base = true;
+        if (!r->base) {
+            res = HCCL_FAIL(hcclSystemError, "reactor: event_base_new failed");
+            goto err_destroy;
+        }
+    }
+    r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    r->completion_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->wake_fd < 0 || r->completion_fd < 0) {
+        res = HCCL_FAIL(hcclSystemError, "reactor: eventfd: %s", strerror(errno));
+        goto err_destroy;
+    }
+    r->wake_ev = event_new(r->base, r->wake_fd, EV_READ | EV_PERSIST, reactor_on_wake, r);
+    if (!r->wake_ev || event_add(r->wake_ev, NULL) != 0) {
+        res = HCCL_FAIL(hcclSystemError, "reactor: cannot register the wake fd");
+        goto err_destroy;
+    }
+    *r_p = r;
+    return hcclSuccess;
+
+err_destroy:
+    hccl_reactor_destroy(r);
+    return res;
+}
+
+hcclResult_t hccl_reactor_start(hccl_reactor_t *r)
+{
+    int rc;
+
+    if (!r->owns_base || r->thread_started)
+        return hcclSuccess;
+    rc = pthread_create(&r->thread, NULL, reactor_thread_main, r);
+    if (rc != 0)
+        return HCCL_FAIL(hcclSystemError, "reactor: pthread_create: %s", strerror(rc));
+    r->thread_started = true;
+    return hcclSuccess;
+}
+
+void hccl_reactor_stop(hccl_reactor_t *r)
+{
+    if (!r || !r->thread_started)
+        return;
+    atomic_store(&r->stopping, true);
+    hccl_reactor_wake(r);
+    pthread_join(r->thread, NULL);
+    r->thread_started = false;
+    atomic_store(&r->loop_thread_set, false);
+}
+
+void hccl_reactor_destroy(hccl_reactor_t *r)
+{
+    if (!r)
+        return;
+    hccl_reactor_stop(r);
+    reactor_run_posts(r);
+    if (r->wake_ev)
+        event_free(r->wake_ev);
+    if (r->owns_base && r->base)
+        event_base_free(r->base);
+    if (r->wake_fd >= 0)
+        close(r->wake_fd);
+    if (r->completion_fd >= 0)
+        close(r->completion_fd);
+    pthread_mutex_destroy(&r->done_mtx);
+    pthread_cond_destroy(&r->done_cond);
+    pthread_mutex_destroy(&r->drive_mtx);
+    hccl_free(r);
+}
+
+struct event_base *hccl_reactor_base(hccl_reactor_t *r)
+{
+    return r->base;
+}
+
+bool hccl_reactor_is_external(const hccl_reactor_t *r)
+{
+    return !r->owns_base;
+}
+
+void hccl_reactor_wake(hccl_reactor_t *r)
+{
+    uint64_t one = 1;
+
+    if (write(r->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        HCCL_WARN("reactor: write(wake fd): %s", strerror(errno));
+}
+
+void hccl_reactor_post(hccl_reactor_t *r, hccl_post_t *post)
+{
+    hccl_post_t *head = atomic_load(&r->post_head);
+
+    do {
+        post->next = head;
+    } while (!atomic_compare_exchange_weak(&r->post_head, &head, post));
+    /* Only the push onto an empty queue rings: the reactor drains it all at once. */
+    if (head == NULL)
+        hccl_reactor_wake(r);
+}
+
+bool hccl_reactor_in_loop(const hccl_reactor_t *r)
+{
+    return atomic_load(&r->loop_thread_set) && pthread_equal(r->loop_thread, pthread_self());
+}
+
+static void reactor_noop(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what, (void)arg;
+}
+
+bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms)
+{
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    int rc;
+
+    if (pthread_mutex_trylock(&r->drive_mtx) != 0)
+        return false;
+    if (timeout_ms <= 0) {
+        rc = event_base_loop(r->base, EVLOOP_NONBLOCK);
+    } else {
+        /* Bound the wait with a one-shot no-op timer; loopexit would also end the user's loop. */
+        event_base_once(r->base, -1, EV_TIMEOUT, reactor_noop, NULL, &tv);
+        rc = event_base_loop(r->base, EVLOOP_ONCE);
+    }
+    pthread_mutex_unlock(&r->drive_mtx);
+    return rc >= 0;
+}
+
+int hccl_reactor_completion_fd(const hccl_reactor_t *r)
+{
+    return r->completion_fd;
+}
+
+/* ---- timers ---- */
+
+struct hccl_timer {
+    struct event *ev;
+    hccl_timer_cb_t cb;
+    void *arg;
+};
+
+static void timer_on_fire(evutil_socket_t fd, short what, void *arg)
+{
+    hccl_timer_t *t = arg;
+
+    (void)fd, (void)what;
+    t->cb(t->arg);
+}
+
+hcclResult_t hccl_timer_create(hccl_reactor_t *r, hccl_timer_cb_t cb, void *arg, hccl_timer_t **t_p)
+{
+    hccl_timer_t *t = hccl_calloc(1, sizeof(*t));
+
+    if (!t)
+        return HCCL_FAIL(hcclSystemError, "timer: out of memory");
+    t->cb = cb;
+    t->arg = arg;
+    t->ev = evtimer_new(r->base, timer_on_fire, t);
+    if (!t->ev) {
+        hccl_free(t);
+        return HCCL_FAIL(hcclSystemError, "timer: evtimer_new failed");
+    }
+    *t_p = t;
+    return hcclSuccess;
+}
+
+void hccl_timer_arm(hccl_timer_t *t, int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+
+    evtimer_add(t->ev, &tv);
+}
+
+void hccl_timer_cancel(hccl_timer_t *t)
+{
+    if (t)
+        evtimer_del(t->ev);
+}
+
+void hccl_timer_destroy(hccl_timer_t *t)
+{
+    if (!t)
+        return;
+    event_free(t->ev);
+    hccl_free(t);
+}

@@ -1,0 +1,106 @@
+/*
+ * The reactor: one libevent event_base per communicator, driven either by the
+ * communicator's own progress thread or by the caller's loop; a post queue
+ * that any thread may push to; timers; and requests (wait, test, callback,
+ * completion fd).
+ */
+#ifndef HCCL_REACTOR_H
+#define HCCL_REACTOR_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/core.h"
+
+struct event_base;
+struct event;
+
+typedef struct hccl_reactor hccl_reactor_t;
+
+/* An item of the post queue; embedded in what is posted. fn runs on the reactor. */
+typedef struct hccl_post {
+    struct hccl_post *next;
+    void (*fn)(struct hccl_post *post);
+} hccl_post_t;
+
+/*
+ * external NULL: a private event_base run by a progress thread started with
+ * hccl_reactor_start(). Otherwise events go into the caller's base (borrowed).
+ */
+hcclResult_t hccl_reactor_create(struct event_base *external, int rank, hccl_reactor_t **r_p);
+/* Stops the progress thread, runs what is still posted, frees. Accepts NULL. */
+void hccl_reactor_destroy(hccl_reactor_t *r);
+hcclResult_t hccl_reactor_start(hccl_reactor_t *r);
+/* Joins the progress thread (if any); the reactor stays usable from the caller's thread. */
+void hccl_reactor_stop(hccl_reactor_t *r);
+struct event_base *hccl_reactor_base(hccl_reactor_t *r);
+bool hccl_reactor_is_external(const hccl_reactor_t *r);
+
+/* Any thread: queues post->fn to run on the reactor and wakes it. */
+void hccl_reactor_post(hccl_reactor_t *r, hccl_post_t *post);
+/* True on the thread currently running the reactor's loop. */
+bool hccl_reactor_in_loop(const hccl_reactor_t *r);
+
+/*
+ * Runs the loop once from the calling thread (external reactors, or to
+ * make progress while no thread does): at most timeout_ms of waiting,
+ * 0 = do not wait. Returns false when another thread is driving it.
+ */
+bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms);
+
+/* Timers (reactor thread only). */
+typedef void (*hccl_timer_cb_t)(void *arg);
+typedef struct hccl_timer hccl_timer_t;
+hcclResult_t hccl_timer_create(hccl_reactor_t *r, hccl_timer_cb_t cb, void *arg,
+                               hccl_timer_t **t_p);
+void hccl_timer_arm(hccl_timer_t *t, int64_t ms);
+void hccl_timer_cancel(hccl_timer_t *t);
+void hccl_timer_destroy(hccl_timer_t *t);
+
+/* Completion notification shared by the requests of one reactor. */
+int hccl_reactor_completion_fd(const hccl_reactor_t *r);
+
+/* ---- requests (request.c) ---- */
+
+typedef void (*hccl_request_cb_t)(struct hcclRequest *req, hcclResult_t result, void *arg);
+
+enum { HCCL_REQ_PENDING = 0, HCCL_REQ_COMPLETING = 1, HCCL_REQ_DONE = 2 };
+
+struct hcclRequest {
+    uint32_t magic;
+    atomic_int refs;                /* the user's handle + the reactor's while pending */
+    int state;                      /* HCCL_REQ_*, under the reactor's done lock */
+    hcclResult_t result;
+    char *errmsg;                   /* owned; the failure text, NULL on success */
+    hccl_reactor_t *reactor;        /* borrowed */
+    hccl_request_cb_t cb;
+    void *cb_arg;
+    hccl_post_t post;               /* queue link while posted */
+    void *owner;                    /* borrowed: what runs the request (the communicator) */
+    void *run;                      /* borrowed: executor state while running */
+    uint64_t seq;                   /* collective sequence number */
+    int64_t deadline_ms;            /* exec timeout, 0 = none */
+    /* the call */
+    int coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    int dtype;
+    int op;
+    int root;
+};
+
+hcclResult_t hccl_request_create(hccl_reactor_t *r, struct hcclRequest **req_p);
+/* Drops one reference; frees at zero. */
+void hccl_request_release(struct hcclRequest *req);
+/*
+ * Reactor side: records res (and the text, copied), runs the callback, then
+ * marks done, wakes waiters and bumps the completion fd. Drops the reactor's
+ * reference.
+ */
+void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char *errmsg);
+bool hccl_request_is_done(struct hcclRequest *req);
+
+#endif /* HCCL_REACTOR_H */

@@ -1,0 +1,27 @@
+/* The reactor's state, shared by reactor.c and request.c only. */
+#ifndef HCCL_REACTOR_IMPL_H
+#define HCCL_REACTOR_IMPL_H
+
+#include "reactor/reactor.h"
+
+struct hccl_reactor {
+    struct event_base *base;       /* owned when owns_base */
+    bool owns_base;
+    int rank;                      /* for the progress thread's log prefix */
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stopping;
+    int wake_fd;                   /* eventfd rung by posters */
+    struct event *wake_ev;
+    _Atomic(hccl_post_t *) post_head; /* Treiber stack, newest first */
+    pthread_t loop_thread;         /* who ran the loop last */
+    atomic_bool loop_thread_set;
+    pthread_mutex_t drive_mtx;     /* held while a waiter drives an external loop */
+    pthread_mutex_t done_mtx;      /* request state transitions */
+    pthread_cond_t done_cond;
+    int completion_fd;             /* eventfd counter of completed requests */
+};
+
+void hccl_reactor_wake(hccl_reactor_t *r);
+
+#endif /* HCCL_REACTOR_IMPL_H */

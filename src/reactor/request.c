@@ -1,0 +1,208 @@
+/* Requests: the non-blocking handle, its completion, and the public wait/test calls. */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reactor/reactor_impl.h"
+
+#define HCCL_REQUEST_MAGIC 0x52514343u /* "CCQR" */
+#define HCCL_REQUEST_DEAD 0xdeadbeefu
+
+hcclResult_t hccl_request_create(hccl_reactor_t *r, struct hcclRequest **req_p)
+{
+    struct hcclRequest *req = hccl_calloc(1, sizeof(*req));
+
+    if (!req)
+        return HCCL_FAIL(hcclSystemError, "request: out of memory");
+    req->magic = HCCL_REQUEST_MAGIC;
+    atomic_init(&req->refs, 2); /* the user's handle and the reactor's */
+    req->reactor = r;
+    req->state = HCCL_REQ_PENDING;
+    *req_p = req;
+    return hcclSuccess;
+}
+
+void hccl_request_release(struct hcclRequest *req)
+{
+    if (req && atomic_fetch_sub(&req->refs, 1) == 1) {
+        req->magic = HCCL_REQUEST_DEAD;
+        hccl_free(req->errmsg);
+        hccl_free(req);
+    }
+}
+
+bool hccl_request_is_done(struct hcclRequest *req)
+{
+    bool done;
+
+    pthread_mutex_lock(&req->reactor->done_mtx);
+    done = req->state == HCCL_REQ_DONE;
+    pthread_mutex_unlock(&req->reactor->done_mtx);
+    return done;
+}
+
+void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char *errmsg)
+{
+    hccl_reactor_t *r = req->reactor;
+    hccl_request_cb_t cb;
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&r->done_mtx);
+    req->state = HCCL_REQ_COMPLETING;
+    req->result = res;
+    if (res != hcclSuccess && errmsg)
+        req->errmsg = strdup(errmsg);
+    cb = req->cb;
+    pthread_mutex_unlock(&r->done_mtx);
+
+    /* The callback has returned before any waiter learns the request is done. */
+    if (cb)
+        cb(req, res, req->cb_arg);
+
+    pthread_mutex_lock(&r->done_mtx);
+    req->state = HCCL_REQ_DONE;
+    pthread_cond_broadcast(&r->done_cond);
+    pthread_mutex_unlock(&r->done_mtx);
+    if (write(r->completion_fd, &one, sizeof(one)) < 0)
+        HCCL_WARN("request: write(completion fd): %s", strerror(errno));
+    hccl_request_release(req);
+}
+
+static hcclResult_t request_check(const struct hcclRequest *req, const char *fn)
+{
+    if (req->magic != HCCL_REQUEST_MAGIC)
+        return HCCL_FAIL(hcclInvalidUsage, "%s: the request is not a live hccl request "
+                                           "(already waited, or not from hccl)", fn);
+    return hcclSuccess;
+}
+
+/* Hands the result to the caller's thread and drops the user's reference. */
+static hcclResult_t request_finish(hcclRequest_t *req_p)
+{
+    struct hcclRequest *req = *req_p;
+    hcclResult_t res = req->result;
+
+    if (res != hcclSuccess)
+        hccl_error_put(req->errmsg ? req->errmsg : hcclGetErrorString(res));
+    *req_p = NULL;
+    hccl_request_release(req);
+    return res;
+}
+
+static void request_block(struct hcclRequest *req)
+{
+    hccl_reactor_t *r = req->reactor;
+
+    if (hccl_reactor_is_external(r)) {
+        /* Nobody else may be running the caller's loop: drive it ourselves. */
+        while (!hccl_request_is_done(req)) {
+            if (!hccl_reactor_drive(r, 100)) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 10 * 1000 * 1000;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_mutex_lock(&r->done_mtx);
+                if (req->state != HCCL_REQ_DONE)
+                    pthread_cond_timedwait(&r->done_cond, &r->done_mtx, &ts);
+                pthread_mutex_unlock(&r->done_mtx);
+            }
+        }
+        return;
+    }
+    pthread_mutex_lock(&r->done_mtx);
+    while (req->state != HCCL_REQ_DONE)
+        pthread_cond_wait(&r->done_cond, &r->done_mtx);
+    pthread_mutex_unlock(&r->done_mtx);
+}
+
+HCCL_API hcclResult_t hcclWait(hcclRequest_t *req_p)
+{
+    if (!req_p)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclWait: req is NULL");
+    if (!*req_p)
+        return hcclSuccess;
+    HCCL_CHECK(request_check(*req_p, "hcclWait"));
+    if (hccl_reactor_in_loop((*req_p)->reactor) && !hccl_request_is_done(*req_p))
+        return HCCL_FAIL(hcclInvalidUsage, "hcclWait: called on the communicator's reactor thread "
+                                           "(from a callback) for an unfinished request; it would "
+                                           "never finish");
+    request_block(*req_p);
+    return request_finish(req_p);
+}
+
+HCCL_API hcclResult_t hcclTest(hcclRequest_t *req_p, int *done)
+{
+    if (!req_p || !done)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclTest: %s is NULL", req_p ? "done" : "req");
+    if (!*req_p) {
+        *done = 1;
+        return hcclSuccess;
+    }
+    HCCL_CHECK(request_check(*req_p, "hcclTest"));
+    if (hccl_reactor_is_external((*req_p)->reactor))
+        hccl_reactor_drive((*req_p)->reactor, 0);
+    if (!hccl_request_is_done(*req_p)) {
+        *done = 0;
+        return hcclSuccess;
+    }
+    *done = 1;
+    return request_finish(req_p);
+}
+
+HCCL_API hcclResult_t hcclWaitAll(int n, hcclRequest_t *reqs)
+{
+    hcclResult_t first = hcclSuccess;
+    char first_msg[1024] = "";
+
+    if (n < 0 || (n > 0 && !reqs))
+        return HCCL_FAIL(hcclInvalidArgument, "hcclWaitAll: %s", n < 0 ? "n < 0" : "reqs is NULL");
+    for (int i = 0; i < n; i++) {
+        hcclResult_t res = hcclWait(&reqs[i]);
+        if (res != hcclSuccess && first == hcclSuccess) {
+            first = res;
+            snprintf(first_msg, sizeof(first_msg), "%s", hccl_error_last());
+        }
+    }
+    if (first != hcclSuccess)
+        hccl_error_put(first_msg);
+    return first;
+}
+
+HCCL_API hcclResult_t hcclRequestSetCallback(hcclRequest_t req,
+                                             void (*fn)(hcclRequest_t req, hcclResult_t result,
+                                                        void *arg),
+                                             void *arg)
+{
+    hccl_reactor_t *r;
+    hcclResult_t res;
+
+    if (!req)
+        return HCCL_FAIL(hcclInvalidArgument, "hcclRequestSetCallback: req is NULL");
+    HCCL_CHECK(request_check(req, "hcclRequestSetCallback"));
+    r = req->reactor;
+    pthread_mutex_lock(&r->done_mtx);
+    if (req->cb) {
+        pthread_mutex_unlock(&r->done_mtx);
+        return HCCL_FAIL(hcclInvalidUsage, "hcclRequestSetCallback: the request already has a "
+                                           "callback");
+    }
+    if (req->state == HCCL_REQ_PENDING) {
+        req->cb = fn;
+        req->cb_arg = arg;
+        pthread_mutex_unlock(&r->done_mtx);
+        return hcclSuccess;
+    }
+    /* Already completing or complete: run it here, once the reactor is done with the request. */
+    req->cb = fn;
+    while (req->state != HCCL_REQ_DONE)
+        pthread_cond_wait(&r->done_cond, &r->done_mtx);
+    res = req->result;
+    pthread_mutex_unlock(&r->done_mtx);
+    if (fn)
+        fn(req, res, arg);
+    return hcclSuccess;
+}

@@ -1,0 +1,310 @@
+/*
+ * The executor: counts each step's unfinished predecessors, issues a step
+ * when the count reaches zero, and advances on link completions. Several
+ * runs may be in flight at once; nothing here blocks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "links/link.h"
+#include "reactor/reactor.h"
+#include "sched/sched.h"
+
+struct hccl_exec {
+    hccl_reactor_t *reactor;  /* borrowed */
+    int rank;
+    int nranks;
+    hccl_conn_t **conns;      /* borrowed, [nranks] */
+    hccl_run_t *runs;         /* in flight, doubly linked */
+    int inflight;
+};
+
+struct hccl_run {
+    hccl_exec_t *ex;
+    hccl_plan_t *plan;        /* retained */
+    uint64_t seq;
+    char *base[HCCL_NUM_SLOTS];
+    void *scratch;            /* owned */
+    uint32_t *left;           /* owned: unfinished predecessors per step */
+    uint32_t *ready;          /* owned: stack of steps ready to issue */
+    uint32_t nready;
+    hccl_xfer_t *xfers;       /* owned: one per step, used by sends and receives */
+    uint32_t remaining;       /* steps not completed */
+    uint32_t posted;          /* transfers handed to links and not yet back */
+    bool driving;
+    bool failed;
+    bool finishing;
+    hcclResult_t res;
+    char msg[512];
+    hccl_run_done_cb_t cb;
+    void *cb_arg;
+    hccl_post_t done_post;
+    hccl_run_t *prev;
+    hccl_run_t *next;
+};
+
+hcclResult_t hccl_exec_create(hccl_reactor_t *r, int rank, int nranks, hccl_conn_t **conns,
+                              hccl_exec_t **ex_p)
+{
+    hccl_exec_t *ex = hccl_calloc(1, sizeof(*ex));
+
+    if (!ex)
+        return HCCL_FAIL(hcclSystemError, "executor: out of memory");
+    ex->reactor = r;
+    ex->rank = rank;
+    ex->nranks = nranks;
+    ex->conns = conns;
+    *ex_p = ex;
+    return hcclSuccess;
+}
+
+void hccl_exec_destroy(hccl_exec_t *ex)
+{
+    hccl_free(ex);
+}
+
+int hccl_exec_inflight(const hccl_exec_t *ex)
+{
+    return ex->inflight;
+}
+
+uint64_t hccl_exec_run_seq(const hccl_run_t *run)
+{
+    return run->seq;
+}
+
+static void run_free(hccl_run_t *run)
+{
+    hccl_plan_release(run->plan);
+    hccl_free(run->scratch);
+    hccl_free(run->left);
+    hccl_free(run->ready);
+    hccl_free(run->xfers);
+    hccl_free(run);
+}
+
+static void run_on_finished(hccl_post_t *post)
+{
+    hccl_run_t *run = (hccl_run_t *)((char *)post - offsetof(hccl_run_t, done_post));
+    hccl_exec_t *ex = run->ex;
+
+    if (run->prev)
+        run->prev->next = run->next;
+    else
+        ex->runs = run->next;
+    if (run->next)
+        run->next->prev = run->prev;
+    ex->inflight--;
+    run->cb(run, run->res, run->failed ? run->msg : NULL, run->cb_arg);
+    run_free(run);
+}
+
+/* A run ends once every step is done, or it failed and the links gave back every transfer. */
+static void run_maybe_finish(hccl_run_t *run)
+{
+    if (run->finishing || run->driving)
+        return;
+    if ((run->failed && run->posted == 0) || (!run->failed && run->remaining == 0)) {
+        run->finishing = true;
+        run->done_post.fn = run_on_finished;
+        hccl_reactor_post(run->ex->reactor, &run->done_post);
+    }
+}
+
+static void run_fail(hccl_run_t *run, hcclResult_t res, const char *msg)
+{
+    if (run->failed)
+        return;
+    run->failed = true;
+    run->res = res;
+    snprintf(run->msg, sizeof(run->msg), "%s", msg ? msg : hcclGetErrorString(res));
+}
+
+static void run_step_done(hccl_run_t *run, uint32_t id)
+{
+    const hccl_plan_t *p = run->plan;
+    const hccl_step_t *s = &p->steps[id];
+
+    run->remaining--;
+    for (uint32_t k = 0; k < s->nsucc; k++) {
+        uint32_t n = p->succ[s->succ_first + k];
+        if (--run->left[n] == 0)
+            run->ready[run->nready++] = n;
+    }
+}
+
+static void *run_ptr(const hccl_run_t *run, hccl_bref_t b)
+{
+    return run->base[b.slot] + b.off;
+}
+
+static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res);
+static void run_drive(hccl_run_t *run);
+
+static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step_t *s)
+{
+    hccl_exec_t *ex = run->ex;
+    hccl_xfer_t *x = &run->xfers[id];
+    hccl_conn_t *c = ex->conns[s->peer];
+    bool is_send = s->kind == HCCL_STEP_SEND;
+    hcclResult_t res;
+
+    if (!c)
+        return HCCL_FAIL(hcclInternalError, "rank %d: no connection to rank %d", ex->rank, s->peer);
+    memset(x, 0, sizeof(*x));
+    x->seq = run->seq;
+    x->tag = s->tag;
+    x->peer = s->peer;
+    x->buf = is_send ? run_ptr(run, s->src) : run_ptr(run, s->dst);
+    x->len = s->bytes;
+    x->done = run_on_xfer_done;
+    x->arg = run;
+    x->res = hcclInProgress;
+    run->posted++;
+    res = is_send ? c->ops->post_send(c, x) : c->ops->post_recv(c, x);
+    if (hccl_is_failure(res)) {
+        run->posted--;
+        x->res = res;
+    }
+    return res;
+}
+
+static void run_issue(hccl_run_t *run, uint32_t id)
+{
+    const hccl_plan_t *p = run->plan;
+    const hccl_step_t *s = &p->steps[id];
+    size_t esz = hccl_dtype_size(p->dtype);
+    hcclResult_t res;
+
+    switch (s->kind) {
+    case HCCL_STEP_SEND:
+    case HCCL_STEP_RECV:
+        res = run_issue_xfer(run, id, s);
+        if (hccl_is_failure(res))
+            run_fail(run, res, hccl_error_last());
+        return;
+    case HCCL_STEP_COPY: {
+        void *dst = run_ptr(run, s->dst);
+        const void *src = run_ptr(run, s->src);
+        if (dst != src && s->bytes)
+            memmove(dst, src, s->bytes);
+        break;
+    }
+    case HCCL_STEP_REDUCE: {
+        void *dst = run_ptr(run, s->dst);
+        hccl_reduce(dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz, p->dtype,
+                    p->op);
+        if ((s->flags & HCCL_STEP_FINAL_DIV) && p->op == hcclAvg)
+            hccl_reduce_div(dst, s->bytes / esz, p->dtype, p->nranks);
+        break;
+    }
+    }
+    run_step_done(run, id);
+}
+
+/* Issues every ready step; re-entry (a link completing inside post) only queues. */
+static void run_drive(hccl_run_t *run)
+{
+    if (run->driving)
+        return;
+    run->driving = true;
+    while (run->nready > 0 && !run->failed)
+        run_issue(run, run->ready[--run->nready]);
+    run->driving = false;
+    run_maybe_finish(run);
+}
+
+static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res)
+{
+    hccl_run_t *run = x->arg;
+    uint32_t id = (uint32_t)(x - run->xfers);
+
+    run->posted--;
+    x->res = res;
+    if (res != hcclSuccess) {
+        char msg[512];
+        const hccl_step_t *s = &run->plan->steps[id];
+        snprintf(msg, sizeof(msg), "rank %d: %s rank %d (seq %llu, step %u, %zu bytes) failed: %s",
+                 run->ex->rank, s->kind == HCCL_STEP_SEND ? "send to" : "recv from", s->peer, (unsigned long long)run->seq, id,
+                 s->bytes, hccl_error_last()[0] ? hccl_error_last() : hcclGetErrorString(res));
+        run_fail(run, res, msg);
+    } else if (!run->failed) {
+        run_step_done(run, id);
+    }
+    run_drive(run);
+}
+
+hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq,
+                             const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb, void *arg,
+                             hccl_run_t **run_p)
+{
+    hccl_run_t *run = hccl_calloc(1, sizeof(*run));
+    uint32_t n = plan->nsteps;
+
+    if (!run)
+        return HCCL_FAIL(hcclSystemError, "executor: out of memory");
+    run->left = hccl_malloc(((size_t)n + 1) * sizeof(*run->left));
+    run->ready = hccl_malloc(((size_t)n + 1) * sizeof(*run->ready));
+    run->xfers = hccl_calloc((size_t)n + 1, sizeof(*run->xfers));
+    if (plan->scratch_bytes)
+        run->scratch = hccl_malloc(plan->scratch_bytes);
+    if (!run->left || !run->ready || !run->xfers || (plan->scratch_bytes && !run->scratch)) {
+        run_free(run);
+        return HCCL_FAIL(hcclSystemError, "executor: out of memory for a run of %u steps "
+                                          "(%zu bytes scratch)", n, plan->scratch_bytes);
+    }
+    hccl_plan_retain(plan);
+    run->plan = plan;
+    run->ex = ex;
+    run->seq = seq;
+    run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
+    run->base[HCCL_SLOT_RECV] = recvbuf;
+    run->base[HCCL_SLOT_SCRATCH] = run->scratch;
+    run->remaining = n;
+    run->cb = cb;
+    run->cb_arg = arg;
+    for (uint32_t i = n; i-- > 0;) {
+        run->left[i] = plan->steps[i].ndeps;
+        if (run->left[i] == 0)
+            run->ready[run->nready++] = i;
+    }
+    run->next = ex->runs;
+    if (ex->runs)
+        ex->runs->prev = run;
+    ex->runs = run;
+    ex->inflight++;
+    if (run_p)
+        *run_p = run;
+    run_drive(run);
+    return hcclSuccess;
+}
+
+void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg)
+{
+    for (hccl_run_t *run = ex->runs; run; run = run->next) {
+        run_fail(run, res, msg);
+        run_maybe_finish(run);
+    }
+}
+
+void hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len)
+{
+    const hccl_plan_t *p = run->plan;
+    size_t o = 0;
+    char *seen = hccl_calloc((size_t)p->nranks, 1);
+
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < p->nsteps && seen; i++) {
+        const hccl_step_t *s = &p->steps[i];
+        if ((s->kind == HCCL_STEP_SEND || s->kind == HCCL_STEP_RECV) &&
+            run->xfers[i].res == hcclInProgress && !seen[s->peer]) {
+            seen[s->peer] = 1;
+            int w = snprintf(buf + o, len - o, "%s%d", o ? "," : "", s->peer);
+            if (w < 0 || (size_t)w >= len - o)
+                break;
+            o += (size_t)w;
+        }
+    }
+    hccl_free(seen);
+}

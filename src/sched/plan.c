@@ -1,0 +1,211 @@
+/* The plan: a DAG of steps, built once per call shape and shared by every run of it. */
+#include <string.h>
+
+#include "sched/sched.h"
+
+hcclResult_t hccl_plan_create(int rank, int nranks, hcclDataType_t dt, hcclRedOp_t op,
+                              const char *algo, hccl_plan_t **plan_p)
+{
+    hccl_plan_t *p = hccl_calloc(1, sizeof(*p));
+
+    if (!p)
+        return HCCL_FAIL(hcclSystemError, "plan: out of memory");
+    p->rank = rank;
+    p->nranks = nranks;
+    p->dtype = dt;
+    p->op = op;
+    p->algo = algo;
+    atomic_init(&p->refs, 1);
+    *plan_p = p;
+    return hcclSuccess;
+}
+
+void hccl_plan_retain(hccl_plan_t *plan)
+{
+    atomic_fetch_add(&plan->refs, 1);
+}
+
+void hccl_plan_release(hccl_plan_t *plan)
+{
+    if (!plan || atomic_fetch_sub(&plan->refs, 1) != 1)
+        return;
+    hccl_free(plan->steps);
+    hccl_free(plan->edges);
+    hccl_free(plan->succ);
+    hccl_free(plan);
+}
+
+static hcclResult_t plan_add(hccl_plan_t *p, const hccl_step_t *s, uint32_t *id_p)
+{
+    if (p->final)
+        return HCCL_FAIL(hcclInternalError, "plan: step added after finalize");
+    if (p->nsteps == p->cap) {
+        uint32_t cap = p->cap ? p->cap * 2 : 64;
+        hccl_step_t *steps = hccl_realloc(p->steps, cap * sizeof(*steps));
+        if (!steps)
+            return HCCL_FAIL(hcclSystemError, "plan: out of memory for %u steps", cap);
+        p->steps = steps;
+        p->cap = cap;
+    }
+    p->steps[p->nsteps] = *s;
+    if (id_p)
+        *id_p = p->nsteps;
+    p->nsteps++;
+    return hcclSuccess;
+}
+
+hcclResult_t hccl_plan_send(hccl_plan_t *p, int peer, uint32_t tag, hccl_bref_t src, size_t bytes,
+                            uint32_t *id_p)
+{
+    hccl_step_t s = {.kind = HCCL_STEP_SEND, .peer = peer, .tag = tag, .src = src, .bytes = bytes};
+
+    return plan_add(p, &s, id_p);
+}
+
+hcclResult_t hccl_plan_recv(hccl_plan_t *p, int peer, uint32_t tag, hccl_bref_t dst, size_t bytes,
+                            uint32_t *id_p)
+{
+    hccl_step_t s = {.kind = HCCL_STEP_RECV, .peer = peer, .tag = tag, .dst = dst, .bytes = bytes};
+
+    return plan_add(p, &s, id_p);
+}
+
+hcclResult_t hccl_plan_reduce(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t a, hccl_bref_t b,
+                              size_t bytes, unsigned flags, uint32_t *id_p)
+{
+    hccl_step_t s = {.kind = HCCL_STEP_REDUCE, .flags = (uint8_t)flags, .peer = -1, .dst = dst,
+                     .src = a, .src2 = b, .bytes = bytes};
+
+    return plan_add(p, &s, id_p);
+}
+
+hcclResult_t hccl_plan_copy(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t src, size_t bytes,
+                            uint32_t *id_p)
+{
+    hccl_step_t s = {.kind = HCCL_STEP_COPY, .peer = -1, .dst = dst, .src = src, .bytes = bytes};
+
+    return plan_add(p, &s, id_p);
+}
+
+hcclResult_t hccl_plan_dep(hccl_plan_t *p, uint32_t before, uint32_t after)
+{
+    if (before >= p->nsteps || after >= p->nsteps || before == after)
+        return HCCL_FAIL(hcclInternalError, "plan: bad edge %u -> %u (%u steps)", before, after,
+                         p->nsteps);
+    if (p->nedges == p->edge_cap) {
+        uint32_t cap = p->edge_cap ? p->edge_cap * 2 : 128;
+        uint32_t *e = hccl_realloc(p->edges, (size_t)cap * 2 * sizeof(*e));
+        if (!e)
+            return HCCL_FAIL(hcclSystemError, "plan: out of memory for %u edges", cap);
+        p->edges = e;
+        p->edge_cap = cap;
+    }
+    p->edges[2 * p->nedges] = before;
+    p->edges[2 * p->nedges + 1] = after;
+    p->nedges++;
+    return hcclSuccess;
+}
+
+static bool bref_fits(hccl_bref_t b, size_t bytes, const size_t *slot_bytes)
+{
+    return b.slot < HCCL_NUM_SLOTS && b.off <= slot_bytes[b.slot] &&
+           bytes <= slot_bytes[b.slot] - b.off;
+}
+
+static hcclResult_t plan_check_ranges(const hccl_plan_t *p, const size_t *slot_bytes)
+{
+    for (uint32_t i = 0; i < p->nsteps; i++) {
+        const hccl_step_t *s = &p->steps[i];
+        bool ok = true;
+
+        switch (s->kind) {
+        case HCCL_STEP_SEND:
+            ok = bref_fits(s->src, s->bytes, slot_bytes) && s->peer >= 0 && s->peer < p->nranks;
+            break;
+        case HCCL_STEP_RECV:
+            ok = bref_fits(s->dst, s->bytes, slot_bytes) && s->peer >= 0 && s->peer < p->nranks &&
+                 s->dst.slot != HCCL_SLOT_SEND;
+            break;
+        case HCCL_STEP_REDUCE:
+            ok = bref_fits(s->src2, s->bytes, slot_bytes);
+            /* fall through */
+        case HCCL_STEP_COPY:
+            ok = ok && bref_fits(s->dst, s->bytes, slot_bytes) &&
+                 bref_fits(s->src, s->bytes, slot_bytes) && s->dst.slot != HCCL_SLOT_SEND;
+            break;
+        default:
+            ok = false;
+        }
+        if (!ok)
+            return HCCL_FAIL(hcclInternalError, "plan %s: step %u (kind %d) is out of range",
+                             p->algo, i, s->kind);
+    }
+    return hcclSuccess;
+}
+
+/* Kahn's algorithm over the successor lists: every step must be reachable in order. */
+static hcclResult_t plan_check_acyclic(const hccl_plan_t *p)
+{
+    uint32_t *left = hccl_malloc(((size_t)p->nsteps + 1) * sizeof(*left));
+    uint32_t *stack = hccl_malloc(((size_t)p->nsteps + 1) * sizeof(*stack));
+    uint32_t top = 0, seen = 0;
+    hcclResult_t res = hcclSuccess;
+
+    if (!left || !stack) {
+        res = HCCL_FAIL(hcclSystemError, "plan: out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < p->nsteps; i++) {
+        left[i] = p->steps[i].ndeps;
+        if (left[i] == 0)
+            stack[top++] = i;
+    }
+    while (top > 0) {
+        const hccl_step_t *s = &p->steps[stack[--top]];
+        seen++;
+        for (uint32_t k = 0; k < s->nsucc; k++) {
+            uint32_t n = p->succ[s->succ_first + k];
+            if (--left[n] == 0)
+                stack[top++] = n;
+        }
+    }
+    if (seen != p->nsteps)
+        res = HCCL_FAIL(hcclInternalError, "plan %s: dependency cycle", p->algo);
+out:
+    hccl_free(left);
+    hccl_free(stack);
+    return res;
+}
+
+hcclResult_t hccl_plan_finalize(hccl_plan_t *p, size_t send_bytes, size_t recv_bytes)
+{
+    size_t slot_bytes[HCCL_NUM_SLOTS] = {send_bytes, recv_bytes, p->scratch_bytes};
+    uint32_t *fill;
+
+    HCCL_CHECK(plan_check_ranges(p, slot_bytes));
+    p->succ = hccl_malloc(((size_t)p->nedges + 1) * sizeof(*p->succ));
+    fill = hccl_calloc((size_t)p->nsteps + 1, sizeof(*fill));
+    if (!p->succ || !fill) {
+        hccl_free(fill);
+        return HCCL_FAIL(hcclSystemError, "plan: out of memory for %u edges", p->nedges);
+    }
+    for (uint32_t i = 0; i < p->nsteps; i++)
+        p->steps[i].ndeps = p->steps[i].nsucc = 0;
+    for (uint32_t e = 0; e < p->nedges; e++) {
+        p->steps[p->edges[2 * e]].nsucc++;
+        p->steps[p->edges[2 * e + 1]].ndeps++;
+    }
+    for (uint32_t i = 0, off = 0; i < p->nsteps; i++) {
+        p->steps[i].succ_first = off;
+        off += p->steps[i].nsucc;
+    }
+    for (uint32_t e = 0; e < p->nedges; e++) {
+        hccl_step_t *s = &p->steps[p->edges[2 * e]];
+        p->succ[s->succ_first + fill[p->edges[2 * e]]++] = p->edges[2 * e + 1];
+    }
+    hccl_free(fill);
+    hccl_free(p->edges);
+    p->edges = NULL;
+    p->final = true;
+    return plan_check_acyclic(p);
+}

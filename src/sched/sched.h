@@ -1,0 +1,164 @@
+/*
+ * Plans, the executor that runs them, the plan cache, and the reduction
+ * kernels.
+ *
+ * A plan is a DAG of steps (send, recv, reduce, copy) with "may start only
+ * after" edges. Buffers are named as slot + byte offset, so one plan serves
+ * every call of the same shape; a run binds the slots to real pointers.
+ */
+#ifndef HCCL_SCHED_H
+#define HCCL_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+
+struct hccl_reactor;
+struct hccl_conn;
+
+/* ---- reduction kernels (reduce.c) ---- */
+
+size_t hccl_dtype_size(hcclDataType_t dt);
+const char *hccl_dtype_name(hcclDataType_t dt);
+const char *hccl_op_name(hcclRedOp_t op);
+/*
+ * dst[i] = a[i] op b[i] for count elements; dst may alias a or b. hcclAvg
+ * reduces as hcclSum (see hccl_reduce_div). fp16/bf16 are computed in fp32
+ * and rounded to nearest-even; integers wrap.
+ */
+void hccl_reduce(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
+                 hcclRedOp_t op);
+/* buf[i] /= n: the last step of hcclAvg (integers truncate). */
+void hccl_reduce_div(void *buf, size_t count, hcclDataType_t dt, int n);
+float hccl_half_to_float(uint16_t h);
+uint16_t hccl_float_to_half(float f);
+float hccl_bf16_to_float(uint16_t h);
+uint16_t hccl_float_to_bf16(float f);
+
+/* ---- plans (plan.c) ---- */
+
+typedef enum {
+    HCCL_STEP_SEND,
+    HCCL_STEP_RECV,
+    HCCL_STEP_REDUCE, /* dst = src op src2 */
+    HCCL_STEP_COPY,   /* dst = src; a no-op when they are the same memory */
+} hccl_step_kind_t;
+
+typedef enum { HCCL_SLOT_SEND, HCCL_SLOT_RECV, HCCL_SLOT_SCRATCH, HCCL_NUM_SLOTS } hccl_slot_t;
+
+typedef struct {
+    uint32_t slot;   /* hccl_slot_t */
+    size_t off;      /* bytes from the slot's base */
+} hccl_bref_t;
+
+#define HCCL_STEP_FINAL_DIV 1u /* reduce: divide the result by nranks (hcclAvg) */
+
+typedef struct hccl_step {
+    uint8_t kind;          /* hccl_step_kind_t */
+    uint8_t flags;         /* HCCL_STEP_* */
+    int32_t peer;          /* send/recv */
+    uint32_t tag;          /* send/recv: the sender's and receiver's steps agree on it */
+    hccl_bref_t dst;       /* recv, reduce, copy */
+    hccl_bref_t src;       /* send, reduce, copy */
+    hccl_bref_t src2;      /* reduce */
+    size_t bytes;
+    uint32_t ndeps;        /* predecessors */
+    uint32_t succ_first;   /* index into plan->succ */
+    uint32_t nsucc;
+} hccl_step_t;
+
+typedef struct hccl_plan {
+    hccl_step_t *steps;    /* owned */
+    uint32_t nsteps;
+    uint32_t cap;
+    uint32_t *edges;       /* owned, pairs (before, after) while building */
+    uint32_t nedges;
+    uint32_t edge_cap;
+    uint32_t *succ;        /* owned, successor lists after finalize */
+    size_t scratch_bytes;
+    int nranks;
+    int rank;
+    hcclDataType_t dtype;
+    hcclRedOp_t op;
+    const char *algo;      /* static name of the generator */
+    bool final;
+    atomic_int refs;
+} hccl_plan_t;
+
+hcclResult_t hccl_plan_create(int rank, int nranks, hcclDataType_t dt, hcclRedOp_t op,
+                              const char *algo, hccl_plan_t **plan_p);
+void hccl_plan_retain(hccl_plan_t *plan);
+void hccl_plan_release(hccl_plan_t *plan);
+/* Builders return the new step's index in *id_p. */
+hcclResult_t hccl_plan_send(hccl_plan_t *p, int peer, uint32_t tag, hccl_bref_t src, size_t bytes,
+                            uint32_t *id_p);
+hcclResult_t hccl_plan_recv(hccl_plan_t *p, int peer, uint32_t tag, hccl_bref_t dst, size_t bytes,
+                            uint32_t *id_p);
+hcclResult_t hccl_plan_reduce(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t a, hccl_bref_t b,
+                              size_t bytes, unsigned flags, uint32_t *id_p);
+hcclResult_t hccl_plan_copy(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t src, size_t bytes,
+                            uint32_t *id_p);
+/* after may start only once before has completed. */
+hcclResult_t hccl_plan_dep(hccl_plan_t *p, uint32_t before, uint32_t after);
+/* Builds the successor lists, checks the plan (ranges against slot sizes, acyclic). */
+hcclResult_t hccl_plan_finalize(hccl_plan_t *p, size_t send_bytes, size_t recv_bytes);
+static inline hccl_bref_t hccl_bref(hccl_slot_t slot, size_t off)
+{
+    hccl_bref_t b = {(uint32_t)slot, off};
+    return b;
+}
+
+/* ---- plan cache (plan_cache.c) ---- */
+
+typedef struct hccl_plan_key {
+    int coll;
+    int algo;
+    size_t count;
+    int dtype;
+    int op;
+    int root;
+} hccl_plan_key_t;
+
+typedef struct hccl_plan_cache hccl_plan_cache_t;
+hcclResult_t hccl_plan_cache_create(unsigned capacity, hccl_plan_cache_t **c_p);
+void hccl_plan_cache_destroy(hccl_plan_cache_t *c);
+/* A retained plan for key, or NULL. */
+hccl_plan_t *hccl_plan_cache_get(hccl_plan_cache_t *c, const hccl_plan_key_t *key);
+/* Stores (and retains) plan under key, evicting the least recently used entry. */
+hcclResult_t hccl_plan_cache_put(hccl_plan_cache_t *c, const hccl_plan_key_t *key,
+                                 hccl_plan_t *plan);
+
+/* ---- executor (exec.c) ---- */
+
+typedef struct hccl_exec hccl_exec_t;
+typedef struct hccl_run hccl_run_t;
+/* Called on the reactor thread, once, when a run ends. msg: failure text or NULL. */
+typedef void (*hccl_run_done_cb_t)(hccl_run_t *run, hcclResult_t res, const char *msg, void *arg);
+
+/*
+ * conns[peer] is the connection to each peer (borrowed; NULL for self).
+ * The executor never blocks: sends and receives go to the links, reductions
+ * and copies run inline on the reactor thread.
+ */
+hcclResult_t hccl_exec_create(struct hccl_reactor *r, int rank, int nranks, struct hccl_conn **conns,
+                              hccl_exec_t **ex_p);
+void hccl_exec_destroy(hccl_exec_t *ex);
+/*
+ * Starts plan with the given buffers (scratch is allocated by the executor).
+ * Steps without predecessors are issued before this returns; completion
+ * (success or failure) is reported through cb, never from inside this call.
+ */
+hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq,
+                             const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb, void *arg,
+                             hccl_run_t **run_p);
+/* Ends every run in flight with res/msg (their link operations are the caller's to cancel). */
+void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg);
+/* Number of runs in flight. */
+int hccl_exec_inflight(const hccl_exec_t *ex);
+/* Writes the peers a run still waits on ("1,3") into buf. */
+void hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len);
+uint64_t hccl_exec_run_seq(const hccl_run_t *run);
+
+#endif /* HCCL_SCHED_H */

@@ -1,0 +1,22 @@
+/* Runs one plan per rank over the sim link and waits for all of them. */
+#ifndef HCCL_TEST_SIM_RUN_H
+#define HCCL_TEST_SIM_RUN_H
+
+#include "algos/algos.h"
+#include "links/link.h"
+#include "reactor/reactor.h"
+#include "sched/sched.h"
+
+typedef struct {
+    hcclResult_t res[64];
+    uint64_t bytes_sent[64];
+} sim_result_t;
+
+/*
+ * Builds algo's plan for shape on each of n ranks, runs them with sendbufs[r] and recvbufs[r],
+ * and returns hcclSuccess when every run succeeded.
+ */
+hcclResult_t sim_run_allreduce(hccl_algo_t algo, int n, const hccl_coll_shape_t *shape,
+                               void **sendbufs, void **recvbufs, sim_result_t *out);
+
+#endif

@@ -1,0 +1,832 @@
+/*
+ * hccl-run: starts N ranks of a program on this host with the environment
+ * hcclCommInitFromEnv expects, and makes sure none of them outlives it.
+ *
+ * One thread, one poll loop. The signals we care about (SIGCHLD and the
+ * ones we forward) stay blocked and are read from a signalfd, so child
+ * exits, forwarded signals, deadlines and tagged output are all events of
+ * the same loop: no handler races, no sleeps. All ranks share one process
+ * group led by rank 0, so one kill(-pgid) reaches them and whatever they
+ * forked; the launcher is a child subreaper, so orphaned grandchildren are
+ * reparented to it and reaped here too.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RUN_KILL_DELAY_S    2.0         /* SIGTERM (or a forwarded signal) -> SIGKILL */
+#define RUN_GIVE_UP_S       2.0         /* after SIGKILL, how long strays may linger */
+#define RUN_DEFAULT_GRACE_S 3.0         /* a rank failed -> the others may exit on their own */
+#define RUN_MAX_RANKS       65536
+#define RUN_LINE_MAX        (32 * 1024) /* longer lines are split, each piece tagged */
+#define RUN_TAG_MAX         16          /* "[65535]: " */
+#define RUN_SECRET_BYTES    16
+
+enum run_phase {
+    PHASE_RUNNING,     /* no rank has failed yet */
+    PHASE_GRACE,       /* a rank failed; the others have until grace_at to exit */
+    PHASE_TERMINATING, /* SIGTERM or a forwarded signal sent; SIGKILL at kill_at */
+    PHASE_KILLED,      /* SIGKILL sent; only reaping is left */
+};
+
+struct run_stream {
+    int fd;     /* read end of the rank's pipe, owned; -1 once closed */
+    int out_fd; /* launcher's stdout or stderr, borrowed */
+    size_t len; /* bytes in buf not yet written (no newline among them) */
+    char *buf;  /* RUN_LINE_MAX bytes, owned */
+};
+
+struct run_rank {
+    pid_t pid;             /* 0 if never started */
+    bool alive;            /* started and not reaped yet */
+    struct run_stream out; /* used with --tag-output only */
+    struct run_stream err;
+};
+
+struct run_opts {
+    int nranks;
+    double timeout_s; /* 0: none */
+    bool tag_output;
+    char **argv; /* program and its arguments, borrowed from main's argv */
+};
+
+struct launcher {
+    struct run_opts opts;
+    struct run_rank *ranks; /* opts.nranks entries, owned */
+    int alive;              /* ranks started and not reaped yet */
+    pid_t pgid;             /* rank 0's pid; 0 before it is forked */
+    int sfd;                /* signalfd, owned */
+    sigset_t orig_mask;     /* restored in the children */
+    struct sigaction orig_sigpipe;
+    enum run_phase phase;
+    double grace_s;
+    double timeout_at; /* deadlines in CLOCK_MONOTONIC seconds; 0: unset */
+    double grace_at;
+    double kill_at;
+    double give_up_at;
+    int exit_code;   /* the first reason to fail wins */
+    int fatal_sig;   /* a forwarded signal we then die of ourselves; 0: none */
+    int nfds;        /* 1 + 2 * nranks */
+    struct pollfd *pfds;        /* [0] the signalfd, then each rank's out and err; owned */
+    struct run_stream **owner;  /* stream behind pfds[i], i >= 1; owned array */
+};
+
+static const char usage_text[] =
+    "usage: hccl-run -n N [--timeout S] [--tag-output] [--] PROGRAM [ARGS...]\n"
+    "Starts N ranks of PROGRAM on this host.\n"
+    "  -n N           number of ranks (1 or more)\n"
+    "  --timeout S    stop all ranks after S seconds (fractions allowed); exit 124\n"
+    "  --tag-output   prefix each line of output with \"[rank]: \"\n"
+    "  -h, --help     show this text\n"
+    "Each rank gets RANK_ID, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and,\n"
+    "unless already set, HCCL_COMM_ID (127.0.0.1 and a free port),\n"
+    "HCCL_COMM_SECRET (random) and HCCL_SOCKET_IFNAME=lo.\n"
+    "When a rank fails, the others get HCCL_RUN_GRACE_S seconds (default 3) to\n"
+    "exit before they are terminated. SIGINT, SIGTERM and SIGHUP are forwarded.\n"
+    "Exit status: 0 if every rank exited 0, 124 on timeout, 128+n after a\n"
+    "forwarded signal n, 2 on bad usage, 1 otherwise.\n";
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool parse_seconds(const char *s, bool allow_zero, double *out_p)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < 0 || (v == 0 && !allow_zero))
+        return false;
+    *out_p = v;
+    return true;
+}
+
+static bool parse_nranks(const char *s, int *out_p)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 1 || v > RUN_MAX_RANKS)
+        return false;
+    *out_p = (int)v;
+    return true;
+}
+
+/* Returns 0 to run, 1 after --help, 2 on bad usage (message already printed). */
+static int parse_args(int argc, char **argv, struct run_opts *o)
+{
+    int i;
+
+    for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage_text, stdout);
+            return 1;
+        }
+        if (strcmp(a, "--tag-output") == 0) {
+            o->tag_output = true;
+            continue;
+        }
+        if (strcmp(a, "-n") == 0 || strcmp(a, "--timeout") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "hccl-run: %s needs a value\n", a);
+                goto bad;
+            }
+            val = argv[++i];
+        } else if (strncmp(a, "-n", 2) == 0) {
+            val = a + 2; /* -n4 */
+            a = "-n";
+        } else if (strncmp(a, "--timeout=", 10) == 0) {
+            val = a + 10;
+            a = "--timeout";
+        } else {
+            fprintf(stderr, "hccl-run: unknown option %s\n", a);
+            goto bad;
+        }
+        if (strcmp(a, "-n") == 0 && !parse_nranks(val, &o->nranks)) {
+            fprintf(stderr, "hccl-run: -n wants a rank count from 1 to %d, not '%s'\n",
+                    RUN_MAX_RANKS, val);
+            goto bad;
+        }
+        if (strcmp(a, "--timeout") == 0 && !parse_seconds(val, false, &o->timeout_s)) {
+            fprintf(stderr, "hccl-run: --timeout wants a positive number of seconds, not '%s'\n",
+                    val);
+            goto bad;
+        }
+    }
+    if (o->nranks == 0) {
+        fputs("hccl-run: -n N is required\n", stderr);
+        goto bad;
+    }
+    if (i >= argc) {
+        fputs("hccl-run: no program given\n", stderr);
+        goto bad;
+    }
+    o->argv = &argv[i];
+    return 0;
+
+bad:
+    fputs(usage_text, stderr);
+    return 2;
+}
+
+/*
+ * If the launcher was started with 0, 1 or 2 closed, a pipe could land on
+ * one of them and the child's dup2 onto it would be a no-op that keeps
+ * O_CLOEXEC; fill the holes first.
+ */
+static void ensure_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
+            return;
+    }
+}
+
+/*
+ * Binding port 0 and closing again leaves a small window in which another
+ * process may take the port before rank 0 listens on it; rank 0 then fails
+ * loudly, which is acceptable for a local launcher.
+ */
+static int pick_free_port(int *port_p)
+{
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET,
+        .sin_port = 0,
+        .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+    };
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int ret = -1;
+
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
+        *port_p = ntohs(sa.sin_port);
+        ret = 0;
+    }
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return ret;
+}
+
+static int make_secret(char hex[2 * RUN_SECRET_BYTES + 1])
+{
+    unsigned char raw[RUN_SECRET_BYTES];
+    size_t got = 0;
+
+    while (got < sizeof(raw)) {
+        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+/* What every rank shares goes into our own environment before the forks. */
+static int setup_env(const struct launcher *l)
+{
+    char buf[64];
+    int port;
+
+    if (getenv("HCCL_COMM_ID") == NULL) {
+        if (pick_free_port(&port) != 0) {
+            fprintf(stderr, "hccl-run: cannot pick a rendezvous port on 127.0.0.1: %s\n",
+                    strerror(errno));
+            return -1;
+        }
+        snprintf(buf, sizeof(buf), "127.0.0.1:%d", port);
+        if (setenv("HCCL_COMM_ID", buf, 1) != 0)
+            goto err_setenv;
+    }
+    if (getenv("HCCL_COMM_SECRET") == NULL) {
+        if (make_secret(buf) != 0) {
+            fprintf(stderr, "hccl-run: getrandom: %s\n", strerror(errno));
+            return -1;
+        }
+        if (setenv("HCCL_COMM_SECRET", buf, 1) != 0)
+            goto err_setenv;
+    }
+    /* One host: the ranks only ever talk over loopback. */
+    if (setenv("HCCL_SOCKET_IFNAME", "lo", 0) != 0)
+        goto err_setenv;
+    snprintf(buf, sizeof(buf), "%d", l->opts.nranks);
+    if (setenv("WORLD_SIZE", buf, 1) != 0 || setenv("LOCAL_WORLD_SIZE", buf, 1) != 0)
+        goto err_setenv;
+    return 0;
+
+err_setenv:
+    fprintf(stderr, "hccl-run: setenv: %s\n", strerror(errno));
+    return -1;
+}
+
+/*
+ * Blocked before the first fork, so that an early SIGCHLD or Ctrl-C waits in
+ * the signalfd instead of being lost or killing the launcher alone. SIGPIPE
+ * is ignored so a closed stdout costs us tagged output, not the children.
+ */
+static int setup_signals(struct launcher *l)
+{
+    struct sigaction ign = { .sa_handler = SIG_IGN };
+    sigset_t set;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &set, &l->orig_mask) != 0)
+        goto err;
+    l->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (l->sfd < 0)
+        goto err;
+    if (sigaction(SIGPIPE, &ign, &l->orig_sigpipe) != 0)
+        goto err;
+    /* Orphaned grandchildren come back to us, so we can wait for them. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        goto err;
+    return 0;
+
+err:
+    fprintf(stderr, "hccl-run: signal setup: %s\n", strerror(errno));
+    return -1;
+}
+
+/* Runs in the forked child: never returns. */
+__attribute__((noreturn)) static void child_exec(const struct launcher *l, int rank, int out_fd,
+                                                 int err_fd)
+{
+    char buf[16];
+    int err;
+
+    /* Also done by the parent; whichever runs first wins the race to exec. */
+    if (setpgid(0, rank == 0 ? 0 : l->pgid) != 0) {
+        fprintf(stderr, "hccl-run: rank %d: setpgid: %s\n", rank, strerror(errno));
+        _exit(127);
+    }
+    if (out_fd >= 0 && (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0))
+        _exit(127);
+    sigaction(SIGPIPE, &l->orig_sigpipe, NULL);
+    sigprocmask(SIG_SETMASK, &l->orig_mask, NULL);
+    /* The launcher is single-threaded, so setenv after fork is safe. */
+    snprintf(buf, sizeof(buf), "%d", rank);
+    if (setenv("RANK_ID", buf, 1) != 0 || setenv("RANK", buf, 1) != 0 ||
+        setenv("LOCAL_RANK", buf, 1) != 0)
+        _exit(127);
+    execvp(l->opts.argv[0], l->opts.argv);
+    err = errno;
+    fprintf(stderr, "hccl-run: cannot execute %s: %s\n", l->opts.argv[0], strerror(err));
+    _exit(127);
+}
+
+static int stream_open(struct run_stream *s, int out_fd, int *write_end_p)
+{
+    int p[2];
+
+    s->buf = malloc(RUN_LINE_MAX);
+    if (s->buf == NULL || pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    /* Non-blocking so the final drain stops at "nothing more" instead of waiting. */
+    if (fcntl(p[0], F_SETFL, O_NONBLOCK) != 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    s->fd = p[0];
+    s->out_fd = out_fd;
+    *write_end_p = p[1];
+    return 0;
+}
+
+static int spawn_rank(struct launcher *l, int rank)
+{
+    struct run_rank *r = &l->ranks[rank];
+    int out_w = -1, err_w = -1;
+    pid_t pid;
+
+    if (l->opts.tag_output && (stream_open(&r->out, STDOUT_FILENO, &out_w) != 0 ||
+                               stream_open(&r->err, STDERR_FILENO, &err_w) != 0)) {
+        fprintf(stderr, "hccl-run: cannot start rank %d: pipe: %s\n", rank, strerror(errno));
+        goto err_close_pipes;
+    }
+    pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "hccl-run: cannot start rank %d: fork: %s\n", rank, strerror(errno));
+        goto err_close_pipes;
+    }
+    if (pid == 0)
+        child_exec(l, rank, out_w, err_w);
+    if (rank == 0)
+        l->pgid = pid;
+    /* Fails harmlessly (EACCES) if the child already did it and exec'd. */
+    setpgid(pid, l->pgid);
+    r->pid = pid;
+    r->alive = true;
+    l->alive++;
+    if (out_w >= 0)
+        close(out_w); /* the child holds the write ends now; EOF comes when it is gone */
+    if (err_w >= 0)
+        close(err_w);
+    return 0;
+
+err_close_pipes:
+    if (out_w >= 0)
+        close(out_w);
+    if (err_w >= 0)
+        close(err_w);
+    return -1;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+            poll(&pfd, 1, -1); /* our stdout was left non-blocking by someone */
+            continue;
+        }
+        if (w < 0)
+            return; /* EPIPE and the like: nobody reads, drop the output */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* One write per line, prefix included, so lines never interleave mid-line. */
+static void stream_emit(const struct run_stream *s, int rank, const char *line, size_t n,
+                        bool add_newline)
+{
+    char out[RUN_TAG_MAX + RUN_LINE_MAX + 1];
+    int k = snprintf(out, RUN_TAG_MAX, "[%d]: ", rank);
+    size_t len = (size_t)k;
+
+    memcpy(out + len, line, n);
+    len += n;
+    if (add_newline)
+        out[len++] = '\n';
+    write_all(s->out_fd, out, len);
+}
+
+static void stream_emit_lines(struct run_stream *s, int rank)
+{
+    size_t start = 0;
+    char *nl;
+
+    while ((nl = memchr(s->buf + start, '\n', s->len - start)) != NULL) {
+        size_t end = (size_t)(nl - s->buf) + 1;
+
+        stream_emit(s, rank, s->buf + start, end - start, false);
+        start = end;
+    }
+    if (start == 0 && s->len == RUN_LINE_MAX) {
+        stream_emit(s, rank, s->buf, s->len, true); /* an overlong line, split */
+        start = s->len;
+    }
+    memmove(s->buf, s->buf + start, s->len - start);
+    s->len -= start;
+}
+
+static void stream_close(struct run_stream *s, int rank)
+{
+    if (s->len > 0)
+        stream_emit(s, rank, s->buf, s->len, true); /* last line had no newline */
+    s->len = 0;
+    close(s->fd);
+    s->fd = -1;
+}
+
+/*
+ * Reads once, or until the pipe is empty with drain set (the writer is known
+ * dead). One read per wake-up otherwise, so one chatty rank cannot starve
+ * the loop.
+ */
+static void stream_read(struct run_stream *s, int rank, bool drain)
+{
+    while (s->fd >= 0) {
+        ssize_t n = read(s->fd, s->buf + s->len, RUN_LINE_MAX - s->len);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            stream_close(s, rank);
+            return;
+        }
+        s->len += (size_t)n;
+        stream_emit_lines(s, rank);
+        if (!drain)
+            return;
+    }
+}
+
+static void drain_rank(struct launcher *l, int rank)
+{
+    if (!l->opts.tag_output)
+        return;
+    stream_read(&l->ranks[rank].out, rank, true);
+    stream_read(&l->ranks[rank].err, rank, true);
+}
+
+/* Alive ranks as "0,3", malloc'd; NULL if out of memory. */
+static char *alive_list(const struct launcher *l)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    const char *sep = "";
+
+    if (f == NULL)
+        return NULL;
+    for (int i = 0; i < l->opts.nranks; i++) {
+        if (l->ranks[i].alive) {
+            fprintf(f, "%s%d", sep, i);
+            sep = ",";
+        }
+    }
+    fclose(f);
+    return text;
+}
+
+static void begin_terminate(struct launcher *l, int sig)
+{
+    kill(-l->pgid, sig);
+    l->phase = PHASE_TERMINATING;
+    l->kill_at = now_s() + RUN_KILL_DELAY_S;
+}
+
+static void kill_all(struct launcher *l)
+{
+    kill(-l->pgid, SIGKILL);
+    l->phase = PHASE_KILLED;
+    l->give_up_at = now_s() + RUN_GIVE_UP_S;
+}
+
+static void set_exit_code(struct launcher *l, int code)
+{
+    if (l->exit_code == 0)
+        l->exit_code = code;
+}
+
+/*
+ * Exits we caused ourselves (terminating phases) are not reported: they
+ * would bury the one that matters.
+ */
+static void rank_exited(struct launcher *l, int rank, int status)
+{
+    struct run_rank *r = &l->ranks[rank];
+    bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+
+    r->alive = false;
+    l->alive--;
+    drain_rank(l, rank); /* its last words go out before the verdict */
+    if (!failed || l->phase >= PHASE_TERMINATING)
+        return;
+    if (WIFEXITED(status))
+        fprintf(stderr, "hccl-run: rank %d (pid %d) exited with status %d\n", rank, (int)r->pid,
+                WEXITSTATUS(status));
+    else
+        fprintf(stderr, "hccl-run: rank %d (pid %d) killed by signal %d (%s)\n", rank,
+                (int)r->pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+    set_exit_code(l, 1);
+    if (l->phase == PHASE_RUNNING) {
+        l->phase = PHASE_GRACE;
+        l->grace_at = now_s() + l->grace_s;
+    }
+}
+
+/* SIGCHLD is coalesced, so reap everything that is ready on every wake-up. */
+static void reap(struct launcher *l)
+{
+    int status;
+    pid_t pid;
+
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < l->opts.nranks; i++) {
+            if (l->ranks[i].alive && l->ranks[i].pid == pid) {
+                rank_exited(l, i, status);
+                break;
+            }
+        }
+        /* Anything else was an orphaned grandchild: reaped, nothing to say. */
+    }
+}
+
+/* Only meaningful once the group members we may signal are gone or reaped. */
+static bool group_is_empty(const struct launcher *l)
+{
+    return kill(-l->pgid, 0) != 0 && errno == ESRCH;
+}
+
+static void handle_signals(struct launcher *l)
+{
+    struct signalfd_siginfo si;
+
+    while (read(l->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        int sig = (int)si.ssi_signo;
+
+        if (sig == SIGCHLD)
+            continue; /* reap() runs on every iteration anyway */
+        /*
+         * Forward as is, so the ranks may clean up; the SIGKILL clock starts
+         * at the first one only. A repeat does not escalate: timeout(1) and
+         * friends send the same signal twice within microseconds.
+         */
+        if (l->phase < PHASE_TERMINATING) {
+            set_exit_code(l, 128 + sig);
+            if (l->exit_code == 128 + sig)
+                l->fatal_sig = sig;
+            begin_terminate(l, sig);
+        } else {
+            kill(-l->pgid, sig);
+        }
+    }
+}
+
+static void on_timeout(struct launcher *l)
+{
+    char *list = alive_list(l);
+
+    fprintf(stderr, "hccl-run: timeout after %g s; ranks still running: %s\n",
+            l->opts.timeout_s, list != NULL ? list : "?");
+    free(list);
+    set_exit_code(l, 124);
+    begin_terminate(l, SIGTERM);
+}
+
+static void on_grace_over(struct launcher *l)
+{
+    char *list = alive_list(l);
+
+    fprintf(stderr, "hccl-run: terminating ranks still running after %g s grace: %s\n",
+            l->grace_s, list != NULL ? list : "?");
+    free(list);
+    begin_terminate(l, SIGTERM);
+}
+
+/*
+ * Acts on the deadlines that have passed; returns false when the loop is
+ * done: every rank reaped and nothing left in the group (or, after SIGKILL,
+ * stray members we may not signal have had RUN_GIVE_UP_S).
+ */
+static bool advance(struct launcher *l)
+{
+    double now = now_s();
+
+    if (l->alive == 0) {
+        if (group_is_empty(l))
+            return false;
+        if (l->phase < PHASE_TERMINATING)
+            begin_terminate(l, SIGTERM); /* ranks are done; their leftovers go */
+    }
+    if (l->phase < PHASE_TERMINATING && l->timeout_at > 0 && now >= l->timeout_at)
+        on_timeout(l);
+    if (l->phase == PHASE_GRACE && now >= l->grace_at)
+        on_grace_over(l);
+    if (l->phase == PHASE_TERMINATING && now >= l->kill_at)
+        kill_all(l);
+    if (l->phase == PHASE_KILLED && l->alive == 0 && now >= l->give_up_at) {
+        fprintf(stderr, "hccl-run: processes remain in group %d after SIGKILL\n", (int)l->pgid);
+        return false;
+    }
+    return true;
+}
+
+static int next_wait_ms(const struct launcher *l)
+{
+    double deadline = 0;
+    double d;
+
+    if (l->phase < PHASE_TERMINATING)
+        deadline = l->timeout_at;
+    if (l->phase == PHASE_GRACE && (deadline == 0 || l->grace_at < deadline))
+        deadline = l->grace_at;
+    if (l->phase == PHASE_TERMINATING)
+        deadline = l->kill_at;
+    if (l->phase == PHASE_KILLED && l->alive == 0)
+        deadline = l->give_up_at;
+    if (deadline == 0)
+        return -1;
+    d = (deadline - now_s()) * 1000.0 + 1.0; /* round up: never wake just before */
+    if (d <= 0)
+        return 0;
+    return d > INT_MAX ? INT_MAX : (int)d;
+}
+
+static void run_loop(struct launcher *l)
+{
+    struct pollfd *pfds = l->pfds;
+
+    for (;;) {
+        reap(l);
+        if (!advance(l))
+            break;
+        /* Closed streams have fd -1, which poll skips. */
+        pfds[0] = (struct pollfd){ .fd = l->sfd, .events = POLLIN };
+        for (int i = 1; i < l->nfds; i++)
+            pfds[i] = (struct pollfd){ .fd = l->owner[i]->fd, .events = POLLIN };
+        if (poll(pfds, (nfds_t)l->nfds, next_wait_ms(l)) < 0 && errno != EINTR) {
+            fprintf(stderr, "hccl-run: poll: %s\n", strerror(errno));
+            kill_all(l);
+        }
+        if (pfds[0].revents)
+            handle_signals(l);
+        for (int i = 1; i < l->nfds; i++) {
+            if (pfds[i].fd >= 0 && pfds[i].revents)
+                stream_read(l->owner[i], (i - 1) / 2, false);
+        }
+    }
+}
+
+/* Everyone who could write has exited: take what is buffered and close. */
+static void close_streams(struct launcher *l)
+{
+    for (int i = 0; i < l->opts.nranks && l->opts.tag_output; i++) {
+        struct run_rank *r = &l->ranks[i];
+
+        drain_rank(l, i);
+        if (r->out.fd >= 0)
+            stream_close(&r->out, i);
+        if (r->err.fd >= 0)
+            stream_close(&r->err, i);
+    }
+}
+
+/* Everything the loop needs, allocated before the first fork. */
+static int alloc_launcher(struct launcher *l)
+{
+    int n = l->opts.nranks;
+
+    l->ranks = calloc((size_t)n, sizeof(*l->ranks));
+    l->nfds = 1 + 2 * n;
+    l->pfds = calloc((size_t)l->nfds, sizeof(*l->pfds));
+    l->owner = calloc((size_t)l->nfds, sizeof(*l->owner));
+    if (l->ranks == NULL || l->pfds == NULL || l->owner == NULL) {
+        fprintf(stderr, "hccl-run: out of memory for %d ranks\n", n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        l->ranks[i].out.fd = -1;
+        l->ranks[i].err.fd = -1;
+        l->owner[1 + 2 * i] = &l->ranks[i].out;
+        l->owner[2 + 2 * i] = &l->ranks[i].err;
+    }
+    return 0;
+}
+
+static void free_launcher(struct launcher *l)
+{
+    for (int i = 0; l->ranks != NULL && i < l->opts.nranks; i++) {
+        free(l->ranks[i].out.buf);
+        free(l->ranks[i].err.buf);
+    }
+    free(l->ranks);
+    free(l->pfds);
+    free(l->owner);
+    if (l->sfd >= 0)
+        close(l->sfd);
+}
+
+/*
+ * After a forwarded SIGINT/SIGTERM/SIGHUP, die of the same signal so that a
+ * calling shell sees it (and, for SIGINT, stops its script too).
+ */
+static void die_of(int sig)
+{
+    sigset_t set;
+
+    signal(sig, SIG_DFL);
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    raise(sig); /* pending while blocked, delivered by the unblock */
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+}
+
+static double grace_from_env(void)
+{
+    const char *s = getenv("HCCL_RUN_GRACE_S");
+    double v;
+
+    if (s == NULL)
+        return RUN_DEFAULT_GRACE_S;
+    if (!parse_seconds(s, true, &v)) {
+        fprintf(stderr, "hccl-run: ignoring HCCL_RUN_GRACE_S='%s', using %g s\n", s,
+                RUN_DEFAULT_GRACE_S);
+        return RUN_DEFAULT_GRACE_S;
+    }
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    struct launcher l = { .sfd = -1 };
+    int rc = parse_args(argc, argv, &l.opts);
+
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
+    ensure_std_fds();
+    l.grace_s = grace_from_env();
+    if (alloc_launcher(&l) != 0 || setup_env(&l) != 0 || setup_signals(&l) != 0) {
+        free_launcher(&l);
+        return 1;
+    }
+    if (l.opts.timeout_s > 0)
+        l.timeout_at = now_s() + l.opts.timeout_s;
+    for (int i = 0; i < l.opts.nranks; i++) {
+        if (spawn_rank(&l, i) != 0) {
+            set_exit_code(&l, 1);
+            if (l.pgid != 0)
+                begin_terminate(&l, SIGTERM); /* no half-started jobs */
+            break;
+        }
+    }
+    if (l.pgid != 0)
+        run_loop(&l);
+    close_streams(&l);
+    free_launcher(&l);
+    if (l.fatal_sig != 0)
+        die_of(l.fatal_sig);
+    return l.exit_code;
+}
