@@ -20,6 +20,12 @@ static const char *const known_vars[] = {
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
 };
 
+/* Names of the API that this version does not act on yet: setting one warns instead of
+ * silently doing nothing. */
+static const char *const unsupported_vars[] = {
+    "HCCL_TOPO_DUMP", "HCCL_RANK_TABLE", "HCCL_CHECK", "HCCL_DUMP_ON_SIGNAL", "HCCL_FAULT",
+};
+
 #define HCCL_DEFAULT_CONNECT_TIMEOUT_S 120
 #define HCCL_DEFAULT_BUFFSIZE (4u << 20)
 #define HCCL_DEFAULT_CMA_THRESHOLD (64u << 10)
@@ -92,6 +98,9 @@ static void warn_unknown_vars(void)
         }
         if (!known)
             HCCL_WARN("unknown environment variable %s ignored (did you mean %s?)", name, closest);
+        for (size_t i = 0; i < sizeof(unsupported_vars) / sizeof(unsupported_vars[0]); i++)
+            if (strcmp(name, unsupported_vars[i]) == 0)
+                HCCL_WARN("%s is not supported by this version of hccl; ignored", name);
     }
 }
 
@@ -144,6 +153,10 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
         p->buffsize = 4096;
     }
     p->nsocks = (int)hccl_param_env_long("HCCL_NSOCKS", 1);
+    if (p->nsocks != 1) {
+        HCCL_WARN("HCCL_NSOCKS=%d: this version uses one socket per peer", p->nsocks);
+        p->nsocks = 1;
+    }
     p->cma_threshold = (size_t)hccl_param_env_long("HCCL_CMA_THRESHOLD", HCCL_DEFAULT_CMA_THRESHOLD);
     env_string("HCCL_ALGO", p->algo, sizeof(p->algo));
     env_string("HCCL_LINKS", p->links, sizeof(p->links));

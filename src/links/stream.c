@@ -39,11 +39,12 @@ static hcclResult_t stream_peer_gone(hccl_stream_t *s)
                      "data from it (did the ranks call different collectives?)", s->rank, s->peer);
 }
 
-static void frame_fill(hccl_frame_t *f, uint16_t type, uint64_t seq, uint32_t tag, uint64_t len,
-                       uint64_t addr)
+static void frame_fill(const hccl_stream_t *s, hccl_frame_t *f, uint16_t type, uint64_t seq,
+                       uint32_t tag, uint64_t len, uint64_t addr)
 {
     memset(f, 0, sizeof(*f));
     f->magic = HCCL_WIRE_MAGIC;
+    f->comm_id = s->comm_id;
     f->version = HCCL_WIRE_VERSION;
     f->type = type;
     f->seq = seq;
@@ -58,7 +59,7 @@ static hcclResult_t stream_queue_ctl(hccl_stream_t *s, uint16_t type, uint64_t s
 
     if (!c)
         return HCCL_FAIL(hcclSystemError, "rank %d: out of memory for a control frame", s->rank);
-    frame_fill(&c->f, type, seq, tag, 0, 0);
+    frame_fill(s, &c->f, type, seq, tag, 0, 0);
     if (s->ctl_tail)
         s->ctl_tail->next = c;
     else
@@ -85,7 +86,7 @@ static void stream_tx_next(hccl_stream_t *s)
         hccl_xfer_t *x = hccl_xfer_queue_pop(&s->txq);
         bool rndv = x->len >= s->rndv_threshold;
         s->tx_cur = x;
-        frame_fill(&s->tx_hdr, rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA, x->seq, x->tag, x->len,
+        frame_fill(s, &s->tx_hdr, rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA, x->seq, x->tag, x->len,
                    rndv ? (uint64_t)(uintptr_t)x->buf : 0);
     }
     s->tx_hdr_done = 0;
@@ -283,6 +284,8 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
 
     if (f->magic != HCCL_WIRE_MAGIC || f->version != HCCL_WIRE_VERSION)
         return stream_protocol_error(s, "bad magic or version");
+    if (f->comm_id != s->comm_id)
+        return stream_protocol_error(s, "frame of another communicator");
     switch (f->type) {
     case HCCL_FRAME_DATA:
     case HCCL_FRAME_RTS:

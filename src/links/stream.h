@@ -30,6 +30,7 @@ typedef struct {
     uint16_t type;
     uint32_t tag;
     uint32_t reserved;
+    uint64_t comm_id;   /* the communicator: a frame of another one is rejected */
     uint64_t seq;
     uint64_t len;
     uint64_t addr;
@@ -62,6 +63,7 @@ struct hccl_stream {
     void *transport;          /* borrowed: the link's connection */
     int rank;
     int peer;
+    uint64_t comm_id;         /* stamped on every frame and checked on arrival */
     size_t rndv_threshold;    /* sends of at least this go RTS; SIZE_MAX = never */
     bool failed;
     hcclResult_t fail_res;

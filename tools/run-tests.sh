@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds hccl twice (plain, and with AddressSanitizer + UndefinedBehaviorSanitizer) and runs the
+# whole test suite in each. Installs the Debian packages it needs when run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pkg in gcc make cmake pkg-config libevent-dev libcmocka-dev procps; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "missing Debian packages: ${need[*]} (run as root, or install them)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHCCL_ENABLE_SANITIZERS=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure
