@@ -4,12 +4,6 @@
 
 #include "core/comm.h"
 
-typedef struct {
-    struct hcclComm *comm;
-    struct hcclRequest *req;
-    hccl_timer_t *timer;      /* owned; exec timeout */
-} coll_ctx_t;
-
 static void coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t res,
                         const char *msg)
 {
@@ -27,8 +21,8 @@ static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg,
     char text[768];
 
     (void)run;
-    hccl_timer_destroy(req->run);
-    req->run = NULL;
+    hccl_timer_destroy(req->timer);
+    req->timer = NULL;
     if (res != hcclSuccess)
         snprintf(text, sizeof(text), "%s (seq %llu, %zu x %s): %s", hccl_coll_name(req->coll),
                  (unsigned long long)req->seq, req->count, hccl_dtype_name(req->dtype), msg ? msg : "");
@@ -61,7 +55,9 @@ static void coll_on_post(hccl_post_t *post)
     hcclResult_t res, err = atomic_load(&comm->async_error);
 
     if (err != hcclSuccess) {
-        coll_finish(comm, req, err, comm->async_msg);
+        char msg[512];
+        hccl_comm_error_text(comm, msg, sizeof(msg));
+        coll_finish(comm, req, err, msg);
         return;
     }
     if (req->count == 0) {
@@ -92,13 +88,13 @@ static void coll_on_post(hccl_post_t *post)
         }
         hccl_timer_arm(timer, comm->params.exec_timeout_ms);
     }
-    req->run = timer;
+    req->timer = timer;
     res = hccl_exec_start(comm->exec, plan, req->seq, req->sendbuf, req->recvbuf, coll_on_run_done, req,
                           NULL);
     hccl_plan_release(plan);
     if (res != hcclSuccess) {
         hccl_timer_destroy(timer);
-        req->run = NULL;
+        req->timer = NULL;
         coll_finish(comm, req, res, hccl_error_last());
     }
 }
@@ -150,8 +146,11 @@ HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, siz
         return HCCL_FAIL(hcclInvalidArgument, "hcclAllReduceAsync: sendbuf and recvbuf overlap without "
                                               "being equal (in-place needs sendbuf == recvbuf)");
     err = atomic_load(&comm->async_error);
-    if (err != hcclSuccess)
-        return HCCL_FAIL(err, "hcclAllReduceAsync: the communicator has failed: %s", comm->async_msg);
+    if (err != hcclSuccess) {
+        char msg[512];
+        hccl_comm_error_text(comm, msg, sizeof(msg));
+        return HCCL_FAIL(err, "hcclAllReduceAsync: the communicator has failed: %s", msg);
+    }
     HCCL_CHECK(hccl_request_create(comm->reactor, &req));
     req->coll = HCCL_COLL_ALLREDUCE;
     req->sendbuf = sendbuf;

@@ -20,15 +20,27 @@ hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn)
     return hcclSuccess;
 }
 
+void hccl_comm_error_text(struct hcclComm *comm, char *buf, size_t len)
+{
+    pthread_mutex_lock(&comm->mtx);
+    snprintf(buf, len, "%s", comm->async_msg);
+    pthread_mutex_unlock(&comm->mtx);
+}
+
 void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
 {
-    hcclResult_t none = hcclSuccess;
+    char first[sizeof(comm->async_msg)];
 
-    if (atomic_compare_exchange_strong(&comm->async_error, &none, res))
+    pthread_mutex_lock(&comm->mtx);
+    if (atomic_load(&comm->async_error) == hcclSuccess) {
         snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", msg ? msg : hcclGetErrorString(res));
+        atomic_store(&comm->async_error, res);
+    }
+    snprintf(first, sizeof(first), "%s", comm->async_msg);
+    pthread_mutex_unlock(&comm->mtx);
     /* Runs first, so that they carry this message rather than their links' echoes of it. */
     if (comm->exec)
-        hccl_exec_fail_all(comm->exec, res, comm->async_msg);
+        hccl_exec_fail_all(comm->exec, res, first);
     if (comm->links_aborted)
         return;
     comm->links_aborted = true;
@@ -474,8 +486,11 @@ HCCL_API hcclResult_t hcclCommGetAsyncError(hcclComm_t comm, hcclResult_t *async
     if (hccl_reactor_is_external(comm->reactor))
         hccl_reactor_drive(comm->reactor, 0);
     *asyncError = atomic_load(&comm->async_error);
-    if (*asyncError != hcclSuccess)
-        hccl_error_put(comm->async_msg);
+    if (*asyncError != hcclSuccess) {
+        char msg[sizeof(comm->async_msg)];
+        hccl_comm_error_text(comm, msg, sizeof(msg));
+        hccl_error_put(msg);
+    }
     return hcclSuccess;
 }
 

@@ -60,7 +60,7 @@ struct hcclComm {
     atomic_ullong next_seq;
     /* failure state, written on the reactor thread */
     _Atomic hcclResult_t async_error;
-    char async_msg[512];
+    char async_msg[512];             /* under mtx */
     bool links_aborted;
     /* outstanding requests, for destroy */
     pthread_mutex_t mtx;
@@ -70,6 +70,8 @@ struct hcclComm {
 
 /* Reactor thread: the communicator is broken; fail everything in flight and tell the peers. */
 void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg);
+/* A copy of the text of the failure that broke comm ("" if none). */
+void hccl_comm_error_text(struct hcclComm *comm, char *buf, size_t len);
 /* Validates a handle passed by the user. */
 hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn);
 /* Queues req (filled in by the caller) on comm's reactor. */

@@ -79,7 +79,7 @@ struct hcclRequest {
     void *cb_arg;
     hccl_post_t post;               /* queue link while posted */
     void *owner;                    /* borrowed: what runs the request (the communicator) */
-    void *run;                      /* borrowed: executor state while running */
+    void *timer;                    /* owned by the communicator: the exec timeout, or NULL */
     uint64_t seq;                   /* collective sequence number */
     int64_t deadline_ms;            /* exec timeout, 0 = none */
     /* the call */

@@ -65,6 +65,8 @@ static void tcp_update_write_interest(tcp_conn_t *tc)
 {
     bool want = hccl_stream_tx_pending(&tc->stream);
 
+    if (!tc->ev_write)
+        return; /* closed */
     if (want && !tc->write_armed)
         event_add(tc->ev_write, NULL);
     else if (!want && tc->write_armed)

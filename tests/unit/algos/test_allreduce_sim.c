@@ -202,7 +202,13 @@ static void run_matrix(hccl_algo_t algo)
 {
     for (size_t k = 0; k < sizeof(rank_counts) / sizeof(rank_counts[0]); k++) {
         int n = rank_counts[k];
-        size_t counts[] = {1, (size_t)n - 1, 13, 1031, (size_t)n * 600 + 3};
+        /* Fixed ones, plus two drawn from a seeded generator (printed on failure with the rest). */
+        unsigned seed = 12345u + (unsigned)n;
+        size_t counts[] = {1, (size_t)n - 1, 13, 1031, (size_t)n * 600 + 3, 0, 0};
+        for (int k = 5; k < 7; k++) {
+            seed = seed * 1103515245u + 12345u;
+            counts[k] = 1 + (seed >> 8) % 5000;
+        }
         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
             if (counts[c] == 0)
                 continue;
