@@ -23,6 +23,7 @@ static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg,
     (void)run;
     hccl_timer_destroy(req->timer);
     req->timer = NULL;
+    req->run = NULL;
     if (res != hcclSuccess)
         snprintf(text, sizeof(text), "%s (seq %llu, %zu x %s): %s", hccl_coll_name(req->coll),
                  (unsigned long long)req->seq, req->count, hccl_dtype_name(req->dtype), msg ? msg : "");
@@ -33,11 +34,14 @@ static void coll_on_timeout(void *arg)
 {
     struct hcclRequest *req = arg;
     struct hcclComm *comm = req->owner;
-    char msg[512];
+    char msg[512], peers[256] = "";
 
-    snprintf(msg, sizeof(msg), "rank %d: %s seq %llu did not finish within the exec timeout of %d ms",
-             comm->rank, hccl_coll_name(req->coll), (unsigned long long)req->seq,
-             comm->params.exec_timeout_ms);
+    if (req->run)
+        hccl_exec_run_pending_peers(req->run, peers, sizeof(peers));
+    snprintf(msg, sizeof(msg), "rank %d: %s seq %llu did not finish within the exec timeout of %d ms; "
+             "still waiting on ranks %s", comm->rank, hccl_coll_name(req->coll),
+             (unsigned long long)req->seq, comm->params.exec_timeout_ms, peers[0] ? peers : "(none)");
+    HCCL_WARN("%s", msg);
     hccl_comm_fail(comm, hcclTimeout, msg);
 }
 
@@ -90,7 +94,7 @@ static void coll_on_post(hccl_post_t *post)
     }
     req->timer = timer;
     res = hccl_exec_start(comm->exec, plan, req->seq, req->sendbuf, req->recvbuf, coll_on_run_done, req,
-                          NULL);
+                          (hccl_run_t **)&req->run);
     hccl_plan_release(plan);
     if (res != hcclSuccess) {
         hccl_timer_destroy(timer);

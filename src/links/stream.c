@@ -363,7 +363,8 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
 {
     size_t total = 0;
 
-    while (!s->failed && total < max_bytes) {
+    /* A zero-length payload finishes without reading: do it even when the budget is spent. */
+    while (!s->failed && (total < max_bytes || (s->rx_in_payload && s->rx_left == 0))) {
         ssize_t n;
 
         if (s->rx_in_payload) {
@@ -400,6 +401,11 @@ static void fail_queue(hccl_stream_t *s, hccl_xfer_queue_t *q, hcclResult_t res)
 
     while ((x = hccl_xfer_queue_pop(q)))
         hccl_xfer_complete_later(s->reactor, x, res);
+}
+
+bool hccl_stream_closed_cleanly(const hccl_stream_t *s)
+{
+    return s->peer_bye && !s->failed && !s->posted.head && !s->await_fin.head && !s->rx_xfer;
 }
 
 hcclResult_t hccl_stream_send_bye(hccl_stream_t *s)

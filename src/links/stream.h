@@ -102,6 +102,8 @@ hcclResult_t hccl_stream_tx(hccl_stream_t *s);
 /* Reads and dispatches until nothing is left, or max_bytes were read. */
 hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes);
 bool hccl_stream_tx_pending(const hccl_stream_t *s);
+/* The peer said goodbye and nothing waits on it: its EOF is a clean close, not a failure. */
+bool hccl_stream_closed_cleanly(const hccl_stream_t *s);
 /* Queues the goodbye of a graceful close (then hccl_stream_tx flushes it). */
 hcclResult_t hccl_stream_send_bye(hccl_stream_t *s);
 /* Fails every transfer (completion deferred) and drops held messages. Idempotent. */

@@ -80,6 +80,7 @@ struct hcclRequest {
     hccl_post_t post;               /* queue link while posted */
     void *owner;                    /* borrowed: what runs the request (the communicator) */
     void *timer;                    /* owned by the communicator: the exec timeout, or NULL */
+    void *run;                      /* borrowed: the executor's run while it is in flight */
     uint64_t seq;                   /* collective sequence number */
     int64_t deadline_ms;            /* exec timeout, 0 = none */
     /* the call */

@@ -172,7 +172,7 @@ static void shm_on_peer_gone(evutil_socket_t fd, short what, void *arg)
         return;
     /* What it wrote before going is still in our ring: its goodbye may be there. */
     if (!sc->stream.failed && !hccl_is_failure(hccl_stream_rx(&sc->stream, SIZE_MAX)) &&
-        sc->stream.peer_bye) {
+        hccl_stream_closed_cleanly(&sc->stream)) {
         HCCL_INFO(HCCL_SUB_LINK, "rank %d: rank %d closed its shm connection", sc->ctx->env->rank,
                   sc->conn.peer);
         hccl_shm_conn_close(sc);

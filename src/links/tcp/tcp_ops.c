@@ -82,7 +82,7 @@ static void tcp_on_readable(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what;
     tc->conn.last_activity_ms = hccl_now_ms();
     res = hccl_stream_rx(&tc->stream, TCP_RX_BUDGET);
-    if (hccl_is_failure(res) && tc->stream.peer_bye && !tc->stream.failed) {
+    if (hccl_is_failure(res) && hccl_stream_closed_cleanly(&tc->stream)) {
         /* The peer said goodbye first: its EOF ends the connection, not the communicator. */
         HCCL_INFO(HCCL_SUB_LINK, "rank %d: rank %d closed its tcp connection", tc->ctx->env->rank,
                   tc->conn.peer);

@@ -205,9 +205,9 @@ static void run_matrix(hccl_algo_t algo)
         /* Fixed ones, plus two drawn from a seeded generator (printed on failure with the rest). */
         unsigned seed = 12345u + (unsigned)n;
         size_t counts[] = {1, (size_t)n - 1, 13, 1031, (size_t)n * 600 + 3, 0, 0};
-        for (int k = 5; k < 7; k++) {
+        for (int j = 5; j < 7; j++) {
             seed = seed * 1103515245u + 12345u;
-            counts[k] = 1 + (seed >> 8) % 5000;
+            counts[j] = 1 + (seed >> 8) % 5000;
         }
         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
             if (counts[c] == 0)
