@@ -173,6 +173,10 @@ HCCL_API hcclResult_t hcclAllReduce(const void *sendbuf, void *recvbuf, size_t c
 {
     hcclRequest_t req = NULL;
 
+    HCCL_CHECK(hccl_comm_check(comm, "hcclAllReduce"));
+    if (hccl_reactor_in_loop(comm->reactor))
+        return HCCL_FAIL(hcclInvalidUsage, "hcclAllReduce: the blocking form was called from a "
+                                           "callback of the communicator; it would never finish");
     HCCL_CHECK(hcclAllReduceAsync(sendbuf, recvbuf, count, datatype, op, comm, &req));
     return hcclWait(&req);
 }

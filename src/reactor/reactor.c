@@ -14,6 +14,9 @@
 
 static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
 static int evthread_rc;
+/* The reactor whose work this thread is running right now (progress thread, or a caller
+ * driving a borrowed loop), so that a blocking call from a callback can be refused. */
+static _Thread_local const hccl_reactor_t *tl_running;
 
 static void evthread_init(void)
 {
@@ -25,6 +28,7 @@ static void reactor_run_posts(hccl_reactor_t *r)
 {
     hccl_post_t *list = atomic_exchange(&r->post_head, NULL);
     hccl_post_t *rev = NULL;
+    const hccl_reactor_t *outer = tl_running;
 
     /* The stack holds the newest first; run them in posting order. */
     while (list) {
@@ -33,12 +37,14 @@ static void reactor_run_posts(hccl_reactor_t *r)
         rev = list;
         list = next;
     }
+    tl_running = r;
     while (rev) {
         hccl_post_t *next = rev->next;
         rev->next = NULL;
         rev->fn(rev);
         rev = next;
     }
+    tl_running = outer;
 }
 
 static void reactor_on_wake(evutil_socket_t fd, short what, void *arg)
@@ -47,8 +53,6 @@ static void reactor_on_wake(evutil_socket_t fd, short what, void *arg)
     uint64_t v;
 
     (void)what;
-    r->loop_thread = pthread_self();
-    atomic_store(&r->loop_thread_set, true);
     /* Read before running: a post that lands meanwhile rings again. */
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         HCCL_WARN("reactor: read(wake fd): %s", strerror(errno));
@@ -60,8 +64,7 @@ static void *reactor_thread_main(void *arg)
     hccl_reactor_t *r = arg;
 
     hccl_log_set_rank(r->rank);
-    r->loop_thread = pthread_self();
-    atomic_store(&r->loop_thread_set, true);
+    tl_running = r;
     while (!atomic_load(&r->stopping)) {
         if (event_base_loop(r->base, EVLOOP_ONCE) < 0) {
             HCCL_WARN("reactor: event_base_loop failed; progress thread stops");
@@ -139,7 +142,6 @@ void hccl_reactor_stop(hccl_reactor_t *r)
     hccl_reactor_wake(r);
     pthread_join(r->thread, NULL);
     r->thread_started = false;
-    atomic_store(&r->loop_thread_set, false);
 }
 
 void hccl_reactor_destroy(hccl_reactor_t *r)
@@ -194,7 +196,7 @@ void hccl_reactor_post(hccl_reactor_t *r, hccl_post_t *post)
 
 bool hccl_reactor_in_loop(const hccl_reactor_t *r)
 {
-    return atomic_load(&r->loop_thread_set) && pthread_equal(r->loop_thread, pthread_self());
+    return tl_running == r;
 }
 
 static void reactor_noop(evutil_socket_t fd, short what, void *arg)

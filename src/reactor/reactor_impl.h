@@ -14,8 +14,6 @@ struct hccl_reactor {
     int wake_fd;                   /* eventfd rung by posters */
     struct event *wake_ev;
     _Atomic(hccl_post_t *) post_head; /* Treiber stack, newest first */
-    pthread_t loop_thread;         /* who ran the loop last */
-    atomic_bool loop_thread_set;
     pthread_mutex_t drive_mtx;     /* held while a waiter drives an external loop */
     pthread_mutex_t done_mtx;      /* request state transitions */
     pthread_cond_t done_cond;
