@@ -27,6 +27,8 @@ typedef struct {
     uint8_t secret[HCCL_SECRET_BYTES];
     int32_t rank;
     int32_t nranks;
+    int32_t wait_ms;           /* how long this rank will wait for the answer */
+    int32_t reserved2;
     hccl_card_t card;
 } bs_hello_t;
 
@@ -49,6 +51,7 @@ typedef struct {
     int joined;
     int served;                /* connections answered, valid or not */
     int max_claimed;           /* largest size any rank claimed */
+    int64_t deadline_ms;       /* report missing ranks then, before the first rank gives up */
     hcclResult_t err;
     char msg[512];
 } bs_root_t;
@@ -122,6 +125,22 @@ static hcclResult_t root_alloc(bs_root_t *rt, int n)
     return hcclSuccess;
 }
 
+/*
+ * The ranks' connect timeouts may be shorter than ours: name the missing ranks a little before
+ * the first waiting rank gives up, so that every rank hears why.
+ */
+static void root_note_wait(bs_root_t *rt, int32_t wait_ms)
+{
+    int64_t margin, d;
+
+    if (wait_ms <= 0)
+        return;
+    margin = wait_ms / 10 < 200 ? 200 : wait_ms / 10 > 2000 ? 2000 : wait_ms / 10;
+    d = hccl_now_ms() + (wait_ms > margin ? wait_ms - margin : wait_ms / 2);
+    if (d < rt->deadline_ms)
+        rt->deadline_ms = d;
+}
+
 /* Checks one hello; takes the connection (stores or closes it). */
 static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
 {
@@ -139,8 +158,13 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
         }
     }
     if (rt->err == hcclSuccess && h->nranks != rt->expected) {
-        snprintf(msg, sizeof(msg), "ranks disagree on the communicator size: rank %d says %d, the "
-                 "ranks before it said %d", h->rank, h->nranks, rt->expected);
+        char others[200] = "";
+        size_t o = 0;
+        for (int r = 0; r < rt->expected && o < sizeof(others) - 12; r++)
+            if (rt->fds[r] >= 0)
+                o += (size_t)snprintf(others + o, sizeof(others) - o, "%s%d", o ? "," : "", r);
+        snprintf(msg, sizeof(msg), "ranks disagree on the communicator size: rank %d says %d, "
+                 "ranks %s say %d", h->rank, h->nranks, o ? others : "(none yet)", rt->expected);
         root_fail(rt, hcclInvalidUsage, msg);
     }
     if (rt->err == hcclSuccess && (h->rank < 0 || h->rank >= rt->expected)) {
@@ -161,6 +185,7 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
     rt->fds[h->rank] = fd;
     rt->hellos[h->rank] = *h;
     rt->joined++;
+    root_note_wait(rt, h->wait_ms);
 }
 
 static void root_answer_all(bs_root_t *rt)
@@ -204,12 +229,11 @@ static void root_timeout(bs_root_t *rt)
 static void *root_main(void *arg)
 {
     bs_root_t *rt = arg;
-    int64_t deadline = hccl_now_ms() + rt->timeout_ms;
 
     hccl_log_set_rank(-1);
     for (;;) {
         struct pollfd p = {.fd = rt->listen_fd, .events = POLLIN};
-        int64_t left = deadline - hccl_now_ms();
+        int64_t left = rt->deadline_ms - hccl_now_ms();
         hccl_sockaddr_t peer;
         socklen_t plen = sizeof(peer);
         bs_hello_t h;
@@ -265,6 +289,7 @@ hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int time
     rt->id = *id;
     rt->listen_fd = *listen_fd;
     rt->timeout_ms = timeout_ms;
+    rt->deadline_ms = hccl_now_ms() + timeout_ms;
     if (nranks > 0 && root_alloc(rt, nranks) != hcclSuccess) {
         hccl_free(rt->fds);
         hccl_free(rt->hellos);
@@ -288,8 +313,10 @@ hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, cons
                                  int64_t deadline_ms, hccl_bootstrap_result_t *out)
 {
     hccl_sockaddr_t addr;
+    int64_t wait = deadline_ms - hccl_now_ms();
     bs_hello_t h = {.magic = BS_HELLO_MAGIC, .version = HCCL_WIRE_VERSION_BOOTSTRAP, .rank = rank,
-                    .nranks = nranks, .card = *card};
+                    .nranks = nranks, .wait_ms = (int32_t)(wait > INT32_MAX ? INT32_MAX : wait),
+                    .card = *card};
     bs_reply_t rep;
     hcclResult_t res;
     char where[64];

@@ -12,8 +12,11 @@ static _Thread_local char last_error[HCCL_ERRMSG_BYTES];
 static hcclResult_t error_vset(int level, hcclResult_t res, const char *fmt, va_list ap)
 {
     int saved = errno;
+    char text[HCCL_ERRMSG_BYTES];
 
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    /* Through a copy: the arguments may include the previous text itself. */
+    vsnprintf(text, sizeof(text), fmt, ap);
+    memcpy(last_error, text, sizeof(text));
     if (level == HCCL_LOG_WARN)
         hccl_log_write(HCCL_LOG_WARN, HCCL_SUB_ALL, "%s", last_error);
     else
