@@ -18,6 +18,7 @@
 #define BS_REPLY_MAGIC 0x59504552u /* "REPY" */
 #define BS_MAX_RANKS (1 << 20)
 #define BS_HELLO_WAIT_MS 5000
+#define BS_ERROR_LINGER_MS 1000
 #define HCCL_WIRE_VERSION_BOOTSTRAP 1
 
 typedef struct {
@@ -28,7 +29,8 @@ typedef struct {
     int32_t rank;
     int32_t nranks;
     int32_t wait_ms;           /* how long this rank will wait for the answer */
-    int32_t reserved2;
+    int32_t status;            /* not hcclSuccess: this rank failed before joining; errmsg says why */
+    char errmsg[256];
     hccl_card_t card;
 } bs_hello_t;
 
@@ -53,6 +55,7 @@ typedef struct {
     int max_claimed;           /* largest size any rank claimed */
     int64_t deadline_ms;       /* report missing ranks then, before the first rank gives up */
     hcclResult_t err;
+    int64_t err_at_ms;         /* when err was set */
     char msg[512];
 } bs_root_t;
 
@@ -102,6 +105,7 @@ static void root_fail(bs_root_t *rt, hcclResult_t status, const char *msg)
     if (rt->err != hcclSuccess)
         return;
     rt->err = status;
+    rt->err_at_ms = hccl_now_ms();
     snprintf(rt->msg, sizeof(rt->msg), "bootstrap: %s", msg);
     HCCL_WARN("%s", rt->msg);
     for (int r = 0; r < rt->expected; r++) {
@@ -149,6 +153,13 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
     rt->served++;
     if (h->nranks > rt->max_claimed)
         rt->max_claimed = h->nranks;
+    if (rt->err == hcclSuccess && h->status != hcclSuccess) {
+        char why[sizeof(h->errmsg) + 1];
+        snprintf(why, sizeof(why), "%.*s", (int)sizeof(h->errmsg), h->errmsg);
+        snprintf(msg, sizeof(msg), "rank %d could not start: %s", h->rank, why);
+        root_fail(rt, h->status > hcclSuccess && h->status < hcclNumResults ? (hcclResult_t)h->status
+                                                                            : hcclRemoteError, msg);
+    }
     if (rt->err == hcclSuccess && rt->expected == 0) {
         if (h->nranks < 1 || h->nranks > BS_MAX_RANKS) {
             snprintf(msg, sizeof(msg), "rank %d asked for a communicator of %d ranks", h->rank, h->nranks);
@@ -163,14 +174,29 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
         for (int r = 0; r < rt->expected && o < sizeof(others) - 12; r++)
             if (rt->fds[r] >= 0)
                 o += (size_t)snprintf(others + o, sizeof(others) - o, "%s%d", o ? "," : "", r);
-        snprintf(msg, sizeof(msg), "ranks disagree on the communicator size: rank %d says %d, "
-                 "ranks %s say %d", h->rank, h->nranks, o ? others : "(none yet)", rt->expected);
+        if (o)
+            snprintf(msg, sizeof(msg), "ranks disagree on the communicator size: rank %d says %d, "
+                     "ranks %s say %d", h->rank, h->nranks, others, rt->expected);
+        else
+            snprintf(msg, sizeof(msg), "ranks disagree on the communicator size: rank %d says %d, "
+                     "rank 0 created the rendezvous for %d", h->rank, h->nranks, rt->expected);
         root_fail(rt, hcclInvalidUsage, msg);
     }
     if (rt->err == hcclSuccess && (h->rank < 0 || h->rank >= rt->expected)) {
         snprintf(msg, sizeof(msg), "rank %d is out of range for a communicator of %d ranks", h->rank,
                  rt->expected);
         root_fail(rt, hcclInvalidUsage, msg);
+    }
+    for (int r = 0; rt->err == hcclSuccess && r < rt->expected; r++) {
+        if (rt->fds[r] < 0)
+            continue;
+        if (rt->hellos[r].card.config_hash != h->card.config_hash) {
+            snprintf(msg, sizeof(msg), "ranks %d and %d were started with different HCCL_ALGO or "
+                     "HCCL_BUFFSIZE settings (or hcclConfig_t.algo); they shape every collective and "
+                     "must be the same on all ranks", r, h->rank);
+            root_fail(rt, hcclInvalidUsage, msg);
+        }
+        break; /* one joined rank is enough to compare with */
     }
     if (rt->err == hcclSuccess && rt->fds[h->rank] >= 0) {
         snprintf(msg, sizeof(msg), "rank %d joined twice (pids %u and %u): duplicate rank",
@@ -244,15 +270,19 @@ static void *root_main(void *arg)
             root_answer_all(rt);
             break;
         }
-        /* After an error, stay only until everyone who could come has been told. */
-        if (rt->err != hcclSuccess && rt->served >= rt->max_claimed)
+        /* After an error, stay until everyone who could come has been told: every rank that any
+         * rank claimed, but not long for the ranks only a disagreeing size would add. */
+        if (rt->err != hcclSuccess &&
+            (rt->served >= rt->max_claimed ||
+             (rt->expected > 0 && rt->served >= rt->expected &&
+              hccl_now_ms() >= rt->err_at_ms + BS_ERROR_LINGER_MS)))
             break;
         if (left <= 0) {
             if (rt->err == hcclSuccess)
                 root_timeout(rt);
             break;
         }
-        if (poll(&p, 1, left > 1000 ? 1000 : (int)left) <= 0)
+        if (poll(&p, 1, left > 200 ? 200 : (int)left) <= 0)
             continue;
         fd = accept4(rt->listen_fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
@@ -278,7 +308,8 @@ static void *root_main(void *arg)
     return NULL;
 }
 
-hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd)
+hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd,
+                                       pthread_t *thread_p)
 {
     bs_root_t *rt = hccl_calloc(1, sizeof(*rt));
     pthread_t th;
@@ -304,9 +335,30 @@ hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int time
         hccl_free(rt);
         return HCCL_FAIL(hcclSystemError, "bootstrap: pthread_create: %s", strerror(rc));
     }
-    pthread_detach(th);
+    if (thread_p)
+        *thread_p = th; /* the caller joins or detaches it */
+    else
+        pthread_detach(th);
     *listen_fd = -1; /* the service owns it now */
     return hcclSuccess;
+}
+
+void hccl_bootstrap_report(const hccl_id_t *id, int rank, int nranks, hcclResult_t status,
+                           const char *why, int64_t deadline_ms)
+{
+    hccl_sockaddr_t addr;
+    bs_hello_t h = {.magic = BS_HELLO_MAGIC, .version = HCCL_WIRE_VERSION_BOOTSTRAP, .rank = rank,
+                    .nranks = nranks, .status = status};
+    int fd;
+
+    snprintf(h.errmsg, sizeof(h.errmsg), "%s", why);
+    h.card.rank = (uint32_t)rank;
+    memcpy(h.secret, id->secret, sizeof(h.secret));
+    hccl_id_to_addr(id, &addr);
+    if (hccl_socket_connect_retry(&addr, deadline_ms, &fd) != hcclSuccess)
+        return;
+    hccl_socket_send_all(fd, &h, sizeof(h), deadline_ms);
+    close(fd);
 }
 
 hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, const hccl_card_t *card,

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/comm.h"
@@ -136,6 +137,19 @@ out:
     return res;
 }
 
+/* FNV-1a over the settings every rank must share: they decide the plans. */
+static uint64_t config_hash(const hccl_params_t *p)
+{
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)p->algo;
+
+    for (size_t i = 0; b[i]; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    for (size_t i = 0; i < sizeof(p->buffsize); i++)
+        h = (h ^ ((p->buffsize >> (8 * i)) & 0xff)) * 1099511628211ull;
+    return h;
+}
+
 static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *id, int rank,
                               const hcclConfig_t *config)
 {
@@ -154,13 +168,15 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     pthread_mutex_init(&comm->mtx, NULL);
     pthread_cond_init(&comm->cond, NULL);
     hccl_log_set_rank(rank);
-    HCCL_CHECK_GOTO(hccl_params_load(&comm->params, config), res, err_free);
+    memset(&card, 0, sizeof(card));
+    HCCL_CHECK_GOTO(hccl_params_load(&comm->params, config), res, err_report);
     deadline = hccl_now_ms() + comm->params.connect_timeout_ms;
+    card.config_hash = config_hash(&comm->params);
     HCCL_CHECK_GOTO(hccl_reactor_create(config && config->size >= offsetof(hcclConfig_t, eventBase) +
                                                                   sizeof(config->eventBase)
                                             ? config->eventBase
                                             : NULL,
-                                        rank, &comm->reactor), res, err_free);
+                                        rank, &comm->reactor), res, err_report);
     comm->env.rank = rank;
     comm->env.nranks = nranks;
     comm->env.reactor = comm->reactor;
@@ -171,14 +187,13 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     comm->link_of = hccl_calloc((size_t)nranks, sizeof(*comm->link_of));
     if (!comm->conns || !comm->link_of) {
         res = HCCL_FAIL(hcclSystemError, "comm: out of memory for %d ranks", nranks);
-        goto err_free;
+        goto err_report;
     }
 
-    memset(&card, 0, sizeof(card));
     card.rank = (uint32_t)rank;
     card.pid = (uint32_t)getpid();
     hccl_topo_host_id(&comm->params, card.host, sizeof(card.host));
-    HCCL_CHECK_GOTO(comm_open_links(comm, &card), res, err_free);
+    HCCL_CHECK_GOTO(comm_open_links(comm, &card), res, err_report);
     HCCL_CHECK_GOTO(hccl_bootstrap_join(id, rank, nranks, &card, deadline, &bs), res, err_free);
     comm->cards = bs.cards;
     comm->env.cards = bs.cards;
@@ -195,6 +210,12 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     *comm_p = comm;
     return hcclSuccess;
 
+err_report:
+    {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", hccl_error_last());
+        hccl_bootstrap_report(id, rank, nranks, res, why, hccl_now_ms() + 10000);
+    }
 err_free:
     comm_free(comm, false);
     return res;
@@ -228,7 +249,7 @@ HCCL_API hcclResult_t hcclGetUniqueId(hcclUniqueId *uid)
     HCCL_CHECK(hccl_socket_pick_addr(p.ifname, &addr));
     HCCL_CHECK(hccl_bootstrap_root_listen(&addr, &fd));
     hccl_id_from_addr(&id, &addr);
-    res = hccl_bootstrap_root_start(&id, 0, p.connect_timeout_ms, &fd);
+    res = hccl_bootstrap_root_start(&id, 0, p.connect_timeout_ms, &fd, NULL);
     if (res != hcclSuccess) {
         close(fd);
         return res;
@@ -330,6 +351,9 @@ HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, con
     hccl_sockaddr_t addr;
     hccl_params_t p;
     hccl_id_t id;
+    pthread_t root;
+    bool have_root = false;
+    hcclResult_t res;
     int fd;
 
     hccl_log_init();
@@ -354,13 +378,29 @@ HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, con
     if (rankId == 0) {
         HCCL_CHECK(hccl_params_load(&p, NULL));
         /* If another rank 0 holds the address, join it: the service reports the duplicate. */
-        if (hccl_bootstrap_root_listen(&addr, &fd) == hcclSuccess &&
-            hccl_bootstrap_root_start(&id, (int)commSize, p.connect_timeout_ms, &fd) != hcclSuccess) {
-            close(fd);
-            return hcclSystemError;
+        if (hccl_bootstrap_root_listen(&addr, &fd) == hcclSuccess) {
+            if (hccl_bootstrap_root_start(&id, (int)commSize, p.connect_timeout_ms, &fd, &root) !=
+                hcclSuccess) {
+                close(fd);
+                return hcclSystemError;
+            }
+            have_root = true;
         }
     }
-    return comm_init(comm, (int)commSize, &id, (int)rankId, NULL);
+    res = comm_init(comm, (int)commSize, &id, (int)rankId, NULL);
+    if (have_root) {
+        /* The service lives in this process: on failure, stay until it has told every rank why
+         * (bounded by the connect timeout), or they would wait for a rendezvous that vanished. */
+        if (res != hcclSuccess) {
+            char msg[1024];
+            snprintf(msg, sizeof(msg), "%s", hccl_error_last());
+            pthread_join(root, NULL);
+            hccl_error_put(msg);
+        } else {
+            pthread_detach(root);
+        }
+    }
+    return res;
 }
 
 /* A whole, non-negative decimal integer from the environment, or -1. */
@@ -425,8 +465,19 @@ static void comm_wait_idle(struct hcclComm *comm)
     while (comm->outstanding > 0) {
         if (hccl_reactor_is_external(comm->reactor)) {
             pthread_mutex_unlock(&comm->mtx);
-            hccl_reactor_drive(comm->reactor, 100);
+            bool drove = hccl_reactor_drive(comm->reactor, 100);
             pthread_mutex_lock(&comm->mtx);
+            if (!drove && comm->outstanding > 0) {
+                /* Another thread runs the caller's loop: its completions signal us. */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 10 * 1000 * 1000;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&comm->cond, &comm->mtx, &ts);
+            }
         } else {
             pthread_cond_wait(&comm->cond, &comm->mtx);
         }
@@ -434,9 +485,20 @@ static void comm_wait_idle(struct hcclComm *comm)
     pthread_mutex_unlock(&comm->mtx);
 }
 
+/* Destroy and abort wait for the reactor, so they cannot run on it. */
+static hcclResult_t comm_check_not_in_loop(struct hcclComm *comm, const char *fn)
+{
+    if (hccl_reactor_in_loop(comm->reactor) ||
+        (hccl_reactor_is_external(comm->reactor) && hccl_reactor_in_callback(comm->reactor)))
+        return HCCL_FAIL(hcclInvalidUsage, "%s: called from a callback of the loop that drives the "
+                                           "communicator; call it after the callback returns", fn);
+    return hcclSuccess;
+}
+
 HCCL_API hcclResult_t hcclCommDestroy(hcclComm_t comm)
 {
     HCCL_CHECK(hccl_comm_check(comm, "hcclCommDestroy"));
+    HCCL_CHECK(comm_check_not_in_loop(comm, "hcclCommDestroy"));
     comm_wait_idle(comm);
     comm_free(comm, true);
     return hcclSuccess;
@@ -465,6 +527,7 @@ HCCL_API hcclResult_t hcclCommAbort(hcclComm_t comm)
     abort_item_t item;
 
     HCCL_CHECK(hccl_comm_check(comm, "hcclCommAbort"));
+    HCCL_CHECK(comm_check_not_in_loop(comm, "hcclCommAbort"));
     item.comm = comm;
     item.post.fn = comm_on_abort;
     pthread_mutex_lock(&comm->mtx);

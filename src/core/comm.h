@@ -28,13 +28,20 @@ typedef struct {
     hccl_card_t *cards;                /* owned, [nranks] */
 } hccl_bootstrap_result_t;
 
-/* Starts the rendezvous service (a detached thread) for nranks (0: taken from the first rank). */
-hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd);
+/*
+ * Starts the rendezvous service (a thread) for nranks (0: taken from the first rank). thread_p
+ * NULL: detached; else the caller must join or detach *thread_p.
+ */
+hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd,
+                                       pthread_t *thread_p);
 /* Opens the listener of hcclGetUniqueId / rank 0 of hcclCommInitGroup at addr (port 0: any). */
 hcclResult_t hccl_bootstrap_root_listen(hccl_sockaddr_t *addr, int *fd_p);
 /* Joins: sends our card, receives everyone's, within the deadline. */
 hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, const hccl_card_t *card,
                                  int64_t deadline_ms, hccl_bootstrap_result_t *out);
+/* Tells the rendezvous that this rank failed before it could join, so that every rank hears why. */
+void hccl_bootstrap_report(const hccl_id_t *id, int rank, int nranks, hcclResult_t status,
+                           const char *why, int64_t deadline_ms);
 void hccl_id_to_addr(const hccl_id_t *id, hccl_sockaddr_t *addr);
 void hccl_id_from_addr(hccl_id_t *id, const hccl_sockaddr_t *addr);
 

@@ -152,6 +152,8 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
         HCCL_WARN("HCCL_BUFFSIZE=%zu is below 4096 bytes; using 4096", p->buffsize);
         p->buffsize = 4096;
     }
+    /* Whole pages: the shm rings that follow each other in a segment stay aligned. */
+    p->buffsize = (p->buffsize + 4095) & ~(size_t)4095;
     p->nsocks = (int)hccl_param_env_long("HCCL_NSOCKS", 1);
     if (p->nsocks != 1) {
         HCCL_WARN("HCCL_NSOCKS=%d: this version uses one socket per peer", p->nsocks);

@@ -405,7 +405,8 @@ static void fail_queue(hccl_stream_t *s, hccl_xfer_queue_t *q, hcclResult_t res)
 
 bool hccl_stream_closed_cleanly(const hccl_stream_t *s)
 {
-    return s->peer_bye && !s->failed && !s->posted.head && !s->await_fin.head && !s->rx_xfer;
+    return s->peer_bye && !s->failed && !s->posted.head && !s->await_fin.head && !s->rx_xfer &&
+           !hccl_stream_tx_pending(s);
 }
 
 hcclResult_t hccl_stream_send_bye(hccl_stream_t *s)
@@ -422,7 +423,7 @@ void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res)
         return;
     s->failed = true;
     s->fail_res = res;
-    if (s->tx_cur && !(s->tx_hdr.type == HCCL_FRAME_RTS && s->tx_hdr_done == sizeof(s->tx_hdr)))
+    if (s->tx_cur)
         hccl_xfer_complete_later(s->reactor, s->tx_cur, res);
     s->tx_cur = NULL;
     if (s->rx_xfer)

@@ -17,6 +17,8 @@ static int evthread_rc;
 /* The reactor whose work this thread is running right now (progress thread, or a caller
  * driving a borrowed loop), so that a blocking call from a callback can be refused. */
 static _Thread_local const hccl_reactor_t *tl_running;
+/* The borrowed loop this thread runs inside hccl_reactor_drive right now. */
+static _Thread_local const hccl_reactor_t *tl_driving;
 
 static void evthread_init(void)
 {
@@ -89,6 +91,7 @@ hcclResult_t hccl_reactor_create(struct event_base *external, int rank, hccl_rea
     r->wake_fd = -1;
     r->completion_fd = -1;
     r->rank = rank;
+    atomic_init(&r->refs, 1);
     pthread_mutex_init(&r->done_mtx, NULL);
     pthread_cond_init(&r->done_cond, NULL);
     pthread_mutex_init(&r->drive_mtx, NULL);
@@ -144,24 +147,47 @@ void hccl_reactor_stop(hccl_reactor_t *r)
     r->thread_started = false;
 }
 
+void hccl_reactor_retain(hccl_reactor_t *r)
+{
+    atomic_fetch_add(&r->refs, 1);
+}
+
+void hccl_reactor_release(hccl_reactor_t *r)
+{
+    if (atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&r->done_mtx);
+    pthread_cond_destroy(&r->done_cond);
+    pthread_mutex_destroy(&r->drive_mtx);
+    hccl_free(r);
+}
+
+/*
+ * Tears down the loop, its thread and its fds; the wait state (lock, condition) stays until
+ * the last request handle is released, so that waiting on a finished request of a destroyed
+ * communicator is still safe.
+ */
 void hccl_reactor_destroy(hccl_reactor_t *r)
 {
     if (!r)
         return;
     hccl_reactor_stop(r);
     reactor_run_posts(r);
+    pthread_mutex_lock(&r->drive_mtx);
+    r->dead = true;
+    pthread_mutex_unlock(&r->drive_mtx);
     if (r->wake_ev)
         event_free(r->wake_ev);
+    r->wake_ev = NULL;
     if (r->owns_base && r->base)
         event_base_free(r->base);
+    r->base = NULL;
     if (r->wake_fd >= 0)
         close(r->wake_fd);
     if (r->completion_fd >= 0)
         close(r->completion_fd);
-    pthread_mutex_destroy(&r->done_mtx);
-    pthread_cond_destroy(&r->done_cond);
-    pthread_mutex_destroy(&r->drive_mtx);
-    hccl_free(r);
+    r->wake_fd = r->completion_fd = -1;
+    hccl_reactor_release(r);
 }
 
 struct event_base *hccl_reactor_base(hccl_reactor_t *r)
@@ -204,6 +230,30 @@ static void reactor_noop(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what, (void)arg;
 }
 
+bool hccl_reactor_in_callback(hccl_reactor_t *r)
+{
+    bool in_cb = false;
+    int rc;
+
+    if (!hccl_reactor_is_external(r))
+        return false;
+    if (tl_driving == r)
+        return true;
+    if (pthread_mutex_trylock(&r->drive_mtx) != 0)
+        return false; /* another thread is driving it */
+    if (!r->dead) {
+        /* A free loop just makes progress; a running one refuses. Only then is the running event
+         * safe to ask for: it is non-NULL exactly when that loop runs on this thread, i.e. we are
+         * inside one of its callbacks. */
+        tl_driving = r;
+        rc = event_base_loop(r->base, EVLOOP_NONBLOCK);
+        tl_driving = NULL;
+        in_cb = rc < 0 && event_base_get_running_event(r->base) != NULL;
+    }
+    pthread_mutex_unlock(&r->drive_mtx);
+    return in_cb;
+}
+
 bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms)
 {
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
@@ -211,6 +261,11 @@ bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms)
 
     if (pthread_mutex_trylock(&r->drive_mtx) != 0)
         return false;
+    if (r->dead || hccl_now_ms() < r->foreign_until_ms) {
+        pthread_mutex_unlock(&r->drive_mtx);
+        return false;
+    }
+    tl_driving = r;
     if (timeout_ms <= 0) {
         rc = event_base_loop(r->base, EVLOOP_NONBLOCK);
     } else {
@@ -218,6 +273,10 @@ bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms)
         event_base_once(r->base, -1, EV_TIMEOUT, reactor_noop, NULL, &tv);
         rc = event_base_loop(r->base, EVLOOP_ONCE);
     }
+    tl_driving = NULL;
+    /* The caller's loop runs in another thread and progresses us: do not ask libevent again
+     * for a while (it warns on every refused re-entry). */
+    r->foreign_until_ms = rc < 0 ? hccl_now_ms() + 1000 : 0;
     pthread_mutex_unlock(&r->drive_mtx);
     return rc >= 0;
 }

@@ -49,6 +49,8 @@ bool hccl_reactor_in_loop(const hccl_reactor_t *r);
  * 0 = do not wait. Returns false when another thread is driving it.
  */
 bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms);
+/* True inside a callback of the caller's event_base loop on this thread (external reactors). */
+bool hccl_reactor_in_callback(hccl_reactor_t *r);
 
 /* Timers (reactor thread only). */
 typedef void (*hccl_timer_cb_t)(void *arg);

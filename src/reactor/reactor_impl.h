@@ -15,11 +15,17 @@ struct hccl_reactor {
     struct event *wake_ev;
     _Atomic(hccl_post_t *) post_head; /* Treiber stack, newest first */
     pthread_mutex_t drive_mtx;     /* held while a waiter drives an external loop */
+    bool dead;                     /* under drive_mtx: the base is gone, nobody may drive */
+    int64_t foreign_until_ms;      /* under drive_mtx: the loop runs in another thread; retry then */
+    atomic_int refs;               /* the owner + every live request: the wait state outlives
+                                      the communicator while a user still holds a request */
     pthread_mutex_t done_mtx;      /* request state transitions */
     pthread_cond_t done_cond;
     int completion_fd;             /* eventfd counter of completed requests */
 };
 
 void hccl_reactor_wake(hccl_reactor_t *r);
+void hccl_reactor_retain(hccl_reactor_t *r);
+void hccl_reactor_release(hccl_reactor_t *r);
 
 #endif /* HCCL_REACTOR_IMPL_H */

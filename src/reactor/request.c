@@ -18,6 +18,7 @@ hcclResult_t hccl_request_create(hccl_reactor_t *r, struct hcclRequest **req_p)
     req->magic = HCCL_REQUEST_MAGIC;
     atomic_init(&req->refs, 2); /* the user's handle and the reactor's */
     req->reactor = r;
+    hccl_reactor_retain(r); /* the wait state must outlive the communicator for this handle */
     req->state = HCCL_REQ_PENDING;
     *req_p = req;
     return hcclSuccess;
@@ -26,9 +27,11 @@ hcclResult_t hccl_request_create(hccl_reactor_t *r, struct hcclRequest **req_p)
 void hccl_request_release(struct hcclRequest *req)
 {
     if (req && atomic_fetch_sub(&req->refs, 1) == 1) {
+        hccl_reactor_t *r = req->reactor;
         req->magic = HCCL_REQUEST_DEAD;
         hccl_free(req->errmsg);
         hccl_free(req);
+        hccl_reactor_release(r);
     }
 }
 
@@ -45,6 +48,7 @@ bool hccl_request_is_done(struct hcclRequest *req)
 void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char *errmsg)
 {
     hccl_reactor_t *r = req->reactor;
+    int fd = r->completion_fd;
     hccl_request_cb_t cb;
     uint64_t one = 1;
 
@@ -61,10 +65,17 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
         cb(req, res, req->cb_arg);
 
     pthread_mutex_lock(&r->done_mtx);
+    if (!cb && req->cb) {
+        /* Set while we were completing: it is still ours to run, before DONE. */
+        cb = req->cb;
+        pthread_mutex_unlock(&r->done_mtx);
+        cb(req, res, req->cb_arg);
+        pthread_mutex_lock(&r->done_mtx);
+    }
     req->state = HCCL_REQ_DONE;
     pthread_cond_broadcast(&r->done_cond);
     pthread_mutex_unlock(&r->done_mtx);
-    if (write(r->completion_fd, &one, sizeof(one)) < 0)
+    if (write(fd, &one, sizeof(one)) < 0)
         HCCL_WARN("request: write(completion fd): %s", strerror(errno));
     hccl_request_release(req);
 }
@@ -94,28 +105,30 @@ static void request_block(struct hcclRequest *req)
 {
     hccl_reactor_t *r = req->reactor;
 
-    if (hccl_reactor_is_external(r)) {
-        /* Nobody else may be running the caller's loop: drive it ourselves. */
-        while (!hccl_request_is_done(req)) {
-            if (!hccl_reactor_drive(r, 100)) {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 10 * 1000 * 1000;
-                if (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
-                pthread_mutex_lock(&r->done_mtx);
-                if (req->state != HCCL_REQ_DONE)
-                    pthread_cond_timedwait(&r->done_cond, &r->done_mtx, &ts);
-                pthread_mutex_unlock(&r->done_mtx);
-            }
-        }
-        return;
-    }
     pthread_mutex_lock(&r->done_mtx);
-    while (req->state != HCCL_REQ_DONE)
-        pthread_cond_wait(&r->done_cond, &r->done_mtx);
+    while (req->state != HCCL_REQ_DONE) {
+        struct timespec ts;
+        /* A borrowed loop progresses only when someone runs it: we do, unless another
+         * thread already is; then its completions wake us. */
+        if (hccl_reactor_is_external(r)) {
+            pthread_mutex_unlock(&r->done_mtx);
+            bool drove = hccl_reactor_drive(r, 100);
+            pthread_mutex_lock(&r->done_mtx);
+            if (drove || req->state == HCCL_REQ_DONE)
+                continue;
+        }
+        if (!hccl_reactor_is_external(r)) {
+            pthread_cond_wait(&r->done_cond, &r->done_mtx);
+            continue;
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->done_cond, &r->done_mtx, &ts);
+    }
     pthread_mutex_unlock(&r->done_mtx);
 }
 
@@ -126,10 +139,12 @@ HCCL_API hcclResult_t hcclWait(hcclRequest_t *req_p)
     if (!*req_p)
         return hcclSuccess;
     HCCL_CHECK(request_check(*req_p, "hcclWait"));
-    if (hccl_reactor_in_loop((*req_p)->reactor) && !hccl_request_is_done(*req_p))
-        return HCCL_FAIL(hcclInvalidUsage, "hcclWait: called on the communicator's reactor thread "
-                                           "(from a callback) for an unfinished request; it would "
-                                           "never finish");
+    if (!hccl_request_is_done(*req_p) &&
+        (hccl_reactor_in_loop((*req_p)->reactor) ||
+         (hccl_reactor_is_external((*req_p)->reactor) && hccl_reactor_in_callback((*req_p)->reactor))))
+        return HCCL_FAIL(hcclInvalidUsage, "hcclWait: called from a callback of the loop that "
+                                           "drives the communicator, for an unfinished request; it "
+                                           "would never finish");
     request_block(*req_p);
     return request_finish(req_p);
 }
@@ -143,7 +158,7 @@ HCCL_API hcclResult_t hcclTest(hcclRequest_t *req_p, int *done)
         return hcclSuccess;
     }
     HCCL_CHECK(request_check(*req_p, "hcclTest"));
-    if (hccl_reactor_is_external((*req_p)->reactor))
+    if (!hccl_request_is_done(*req_p) && hccl_reactor_is_external((*req_p)->reactor))
         hccl_reactor_drive((*req_p)->reactor, 0);
     if (!hccl_request_is_done(*req_p)) {
         *done = 0;
@@ -190,16 +205,14 @@ HCCL_API hcclResult_t hcclRequestSetCallback(hcclRequest_t req,
         return HCCL_FAIL(hcclInvalidUsage, "hcclRequestSetCallback: the request already has a "
                                            "callback");
     }
-    if (req->state == HCCL_REQ_PENDING) {
+    if (req->state != HCCL_REQ_DONE) {
+        /* Pending, or completing right now: the reactor runs it before it marks the request done. */
         req->cb = fn;
         req->cb_arg = arg;
         pthread_mutex_unlock(&r->done_mtx);
         return hcclSuccess;
     }
-    /* Already completing or complete: run it here, once the reactor is done with the request. */
     req->cb = fn;
-    while (req->state != HCCL_REQ_DONE)
-        pthread_cond_wait(&r->done_cond, &r->done_mtx);
     res = req->result;
     pthread_mutex_unlock(&r->done_mtx);
     if (fn)

@@ -283,6 +283,8 @@ hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq,
 void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg)
 {
     for (hccl_run_t *run = ex->runs; run; run = run->next) {
+        if (run->finishing)
+            continue; /* already decided, and posted: a later failure does not undo a success */
         run_fail(run, res, msg);
         run_maybe_finish(run);
     }

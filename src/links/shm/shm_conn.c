@@ -103,7 +103,14 @@ static hcclResult_t shm_map_peer(shm_ctx_t *ctx, shm_conn_t *sc, const shm_card_
     int me = ctx->env->rank;
     size_t want = SHM_SEG_HDR_BYTES + (size_t)ctx->env->nranks * hccl_shm_slot_bytes(card->ring_bytes);
     struct stat st;
-    int fd = shm_open(card->seg, O_RDWR | O_CLOEXEC, 0);
+    int fd;
+
+    /* Both ends do ring arithmetic with their own size: they must be the same. */
+    if (card->ring_bytes != ctx->ring_bytes)
+        return HCCL_FAIL(hcclInvalidUsage, "rank %d: shm: rank %d uses rings of %llu bytes, this rank "
+                                           "%zu (HCCL_BUFFSIZE must be the same on every rank)", me,
+                         sc->conn.peer, (unsigned long long)card->ring_bytes, ctx->ring_bytes);
+    fd = shm_open(card->seg, O_RDWR | O_CLOEXEC, 0);
 
     if (fd < 0)
         return HCCL_FAIL(hcclSystemError, "rank %d: shm: cannot open rank %d's segment %s: %s", me,

@@ -106,6 +106,12 @@ static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hc
                                           "(pid %d) failed: %s", s->rank, x->len, s->peer,
                          (int)sc->pid, got < 0 ? strerror(errno) : "short read");
     }
+    /* A sender that aborted may reuse its buffer: if it closed its side before our read
+     * ended, what we read is not its message. */
+    struct pollfd p = {.fd = sc->out_fd, .events = POLLIN | POLLRDHUP};
+    if (sc->out_fd < 0 || poll(&p, 1, 0) != 0)
+        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: rank %d (pid %d) went away during a "
+                                          "single-copy read", s->rank, s->peer, (int)sc->pid);
     return hcclSuccess;
 }
 

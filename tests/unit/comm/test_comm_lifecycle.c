@@ -1,0 +1,311 @@
+/*
+ * Communicator lifecycle in one process: the exec timeout (a request that
+ * cannot finish ends with hcclTimeout on time, the peer learns of it as
+ * hcclRemoteError, both can be aborted and a new communicator created);
+ * requests waited after their communicator was aborted or destroyed;
+ * destroy refused from a callback; ranks whose settings differ.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "hccl.h"
+
+typedef struct {
+    hcclUniqueId id;
+    int rank;
+    const char *links;
+    pthread_mutex_t *mtx;
+    pthread_cond_t *cond;
+    int *stage;             /* 0: init, 1: rank 0 has timed out */
+    hcclResult_t first;     /* rank 0: the timed-out AllReduce; rank 1: its late AllReduce */
+    hcclResult_t async;
+    double elapsed_s;
+    char msg[512];
+} rank_arg_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg_t *a = p;
+    hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
+    hcclComm_t comm = NULL;
+    float buf[256] = {0};
+    double t0;
+
+    cfg.connectTimeoutMs = 20000;
+    if (a->rank == 0)
+        cfg.execTimeoutMs = 300;
+    if (hcclCommInitRankConfig(&comm, 2, a->id, a->rank, &cfg) != hcclSuccess) {
+        a->first = hcclInternalError;
+        return NULL;
+    }
+    if (a->rank == 1) {
+        /* Post only after rank 0 gave up, so that rank 0's request cannot finish. */
+        pthread_mutex_lock(a->mtx);
+        while (*a->stage < 1)
+            pthread_cond_wait(a->cond, a->mtx);
+        pthread_mutex_unlock(a->mtx);
+    }
+    t0 = now_s();
+    a->first = hcclAllReduce(buf, buf, 256, hcclFloat32, hcclSum, comm);
+    a->elapsed_s = now_s() - t0;
+    snprintf(a->msg, sizeof(a->msg), "%s", hcclGetLastError(comm));
+    hcclCommGetAsyncError(comm, &a->async);
+    if (a->rank == 0) {
+        /* Abort closes the connections: that is how rank 1 learns. */
+        assert_int_equal(hcclCommAbort(comm), hcclSuccess);
+        pthread_mutex_lock(a->mtx);
+        *a->stage = 1;
+        pthread_cond_broadcast(a->cond);
+        pthread_mutex_unlock(a->mtx);
+    } else {
+        assert_int_equal(hcclCommAbort(comm), hcclSuccess);
+    }
+    return NULL;
+}
+
+static void run_case(const char *links)
+{
+    pthread_mutex_t mtx = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    int stage = 0;
+    rank_arg_t a[2];
+    pthread_t th[2];
+
+    setenv("HCCL_LINKS", links, 1);
+    assert_int_equal(hcclGetUniqueId(&a[0].id), hcclSuccess);
+    for (int r = 0; r < 2; r++) {
+        a[r] = (rank_arg_t){.id = a[0].id, .rank = r, .links = links, .mtx = &mtx, .cond = &cond,
+                            .stage = &stage};
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &a[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    unsetenv("HCCL_LINKS");
+
+    assert_int_equal(a[0].first, hcclTimeout);
+    assert_true(a[0].elapsed_s >= 0.29 && a[0].elapsed_s < 10.0);
+    assert_non_null(strstr(a[0].msg, "exec timeout"));
+    assert_int_equal(a[0].async, hcclTimeout);
+    assert_int_equal(a[1].first, hcclRemoteError);
+    assert_true(a[1].elapsed_s < 10.0);
+    assert_int_equal(a[1].async, hcclRemoteError);
+    assert_non_null(strstr(a[1].msg, "rank 0"));
+}
+
+static void test_timeout_shm(void **state)
+{
+    (void)state;
+    run_case("shm");
+}
+
+static void test_timeout_tcp(void **state)
+{
+    (void)state;
+    run_case("tcp");
+}
+
+/* After all that, the same process can still build a working communicator. */
+static void test_new_comm_after_abort(void **state)
+{
+    hcclUniqueId id;
+    hcclComm_t comm;
+    double x = 2.5;
+
+    (void)state;
+    assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
+    assert_int_equal(hcclCommInitRank(&comm, 1, id, 0), hcclSuccess);
+    assert_int_equal(hcclAllReduce(&x, &x, 1, hcclFloat64, hcclSum, comm), hcclSuccess);
+    assert_true(x == 2.5);
+    assert_int_equal(hcclCommDestroy(comm), hcclSuccess);
+}
+
+/* The handle outlives the communicator: waiting on it afterwards is safe and gives the result. */
+static void test_wait_after_destroy(void **state)
+{
+    hcclUniqueId id;
+    hcclComm_t comm;
+    hcclRequest_t req;
+    int x = 7;
+
+    (void)state;
+    assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
+    assert_int_equal(hcclCommInitRank(&comm, 1, id, 0), hcclSuccess);
+    assert_int_equal(hcclAllReduceAsync(&x, &x, 1, hcclInt32, hcclSum, comm, &req), hcclSuccess);
+    assert_int_equal(hcclCommDestroy(comm), hcclSuccess); /* waits for the request */
+    assert_int_equal(hcclWait(&req), hcclSuccess);
+    assert_null(req);
+    assert_int_equal(x, 7);
+}
+
+typedef struct {
+    hcclUniqueId id;
+    int rank;
+    hcclResult_t res;
+    pthread_mutex_t *mtx;
+    pthread_cond_t *cond;
+    int *aborted;
+} abort_arg_t;
+
+static void *abort_rank(void *p)
+{
+    abort_arg_t *a = p;
+    hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
+    hcclComm_t comm;
+    hcclRequest_t req;
+    float buf[64] = {0};
+
+    cfg.connectTimeoutMs = 20000;
+    a->res = hcclCommInitRankConfig(&comm, 2, a->id, a->rank, &cfg);
+    if (a->res != hcclSuccess)
+        return NULL;
+    if (a->rank == 0) {
+        /* Rank 1 has not posted: the request is outstanding when we abort. */
+        a->res = hcclAllReduceAsync(buf, buf, 64, hcclFloat32, hcclSum, comm, &req);
+        if (a->res == hcclSuccess && hcclCommAbort(comm) == hcclSuccess)
+            a->res = hcclWait(&req);
+        pthread_mutex_lock(a->mtx);
+        *a->aborted = 1;
+        pthread_cond_broadcast(a->cond);
+        pthread_mutex_unlock(a->mtx);
+    } else {
+        pthread_mutex_lock(a->mtx);
+        while (!*a->aborted)
+            pthread_cond_wait(a->cond, a->mtx);
+        pthread_mutex_unlock(a->mtx);
+        /* The peer is gone: refused at once, or failed when its EOF is read. */
+        a->res = hcclAllReduceAsync(buf, buf, 64, hcclFloat32, hcclSum, comm, &req);
+        if (a->res == hcclSuccess)
+            a->res = hcclWait(&req);
+        hcclCommAbort(comm);
+    }
+    return NULL;
+}
+
+static void test_wait_after_abort(void **state)
+{
+    pthread_mutex_t mtx = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    int aborted = 0;
+    abort_arg_t a[2];
+    pthread_t th[2];
+
+    (void)state;
+    assert_int_equal(hcclGetUniqueId(&a[0].id), hcclSuccess);
+    for (int r = 0; r < 2; r++) {
+        a[r].id = a[0].id;
+        a[r].rank = r;
+        a[r].mtx = &mtx;
+        a[r].cond = &cond;
+        a[r].aborted = &aborted;
+        assert_int_equal(pthread_create(&th[r], NULL, abort_rank, &a[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    assert_int_equal(a[0].res, hcclAborted);
+    assert_int_equal(a[1].res, hcclRemoteError);
+}
+
+typedef struct {
+    hcclComm_t comm;
+    hcclResult_t destroy_res;
+    int ran;
+} cb_arg_t;
+
+static void destroy_from_callback(hcclRequest_t req, hcclResult_t result, void *p)
+{
+    cb_arg_t *c = p;
+
+    (void)req, (void)result;
+    c->destroy_res = hcclCommDestroy(c->comm);
+    c->ran = 1;
+}
+
+static void test_destroy_from_callback_refused(void **state)
+{
+    hcclUniqueId id;
+    hcclRequest_t req;
+    cb_arg_t c = {0};
+    int x = 1;
+
+    (void)state;
+    assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
+    assert_int_equal(hcclCommInitRank(&c.comm, 1, id, 0), hcclSuccess);
+    assert_int_equal(hcclAllReduceAsync(&x, &x, 1, hcclInt32, hcclSum, c.comm, &req), hcclSuccess);
+    assert_int_equal(hcclRequestSetCallback(req, destroy_from_callback, &c), hcclSuccess);
+    assert_int_equal(hcclWait(&req), hcclSuccess);
+    assert_int_equal(c.ran, 1);
+    assert_int_equal(c.destroy_res, hcclInvalidUsage);
+    assert_int_equal(hcclCommDestroy(c.comm), hcclSuccess);
+}
+
+typedef struct {
+    hcclUniqueId id;
+    int rank;
+    const char *algo;
+    hcclResult_t res;
+    char msg[512];
+} algo_arg_t;
+
+static void *algo_rank(void *p)
+{
+    algo_arg_t *a = p;
+    hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
+    hcclComm_t comm;
+
+    cfg.connectTimeoutMs = 20000;
+    cfg.algo = a->algo;
+    a->res = hcclCommInitRankConfig(&comm, 2, a->id, a->rank, &cfg);
+    snprintf(a->msg, sizeof(a->msg), "%s", hcclGetLastError(NULL));
+    if (a->res == hcclSuccess)
+        hcclCommDestroy(comm);
+    return NULL;
+}
+
+/* Settings that shape the plans must agree, or every rank hears why at init. */
+static void test_algo_mismatch(void **state)
+{
+    algo_arg_t a[2] = {{.rank = 0, .algo = "ring"}, {.rank = 1, .algo = NULL}};
+    pthread_t th[2];
+
+    (void)state;
+    assert_int_equal(hcclGetUniqueId(&a[0].id), hcclSuccess);
+    a[1].id = a[0].id;
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(pthread_create(&th[r], NULL, algo_rank, &a[r]), 0);
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(a[r].res, hcclInvalidUsage);
+        assert_non_null(strstr(a[r].msg, "HCCL_ALGO"));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_timeout_shm),
+        cmocka_unit_test(test_timeout_tcp),
+        cmocka_unit_test(test_new_comm_after_abort),
+        cmocka_unit_test(test_wait_after_destroy),
+        cmocka_unit_test(test_wait_after_abort),
+        cmocka_unit_test(test_destroy_from_callback_refused),
+        cmocka_unit_test(test_algo_mismatch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
