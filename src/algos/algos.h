@@ -8,25 +8,51 @@
 
 #include "sched/sched.h"
 
-typedef enum { HCCL_COLL_ALLREDUCE = 0, HCCL_NUM_COLLS } hccl_coll_t;
+typedef enum {
+    HCCL_COLL_ALLREDUCE = 0,
+    HCCL_COLL_BROADCAST,
+    HCCL_COLL_REDUCE,
+    HCCL_COLL_ALLGATHER,
+    HCCL_COLL_REDUCESCATTER,
+    HCCL_COLL_ALLTOALL,
+    HCCL_COLL_ALLTOALLV,
+    HCCL_COLL_BARRIER,
+    HCCL_NUM_COLLS
+} hccl_coll_t;
 
 typedef enum {
     HCCL_ALGO_AUTO = 0,
     HCCL_ALGO_RING,
-    HCCL_ALGO_RECDBL,
+    HCCL_ALGO_RECDBL,        /* recursive doubling (AllReduce, AllGather) */
+    HCCL_ALGO_TREE,          /* binomial tree (Broadcast, Reduce) */
+    HCCL_ALGO_CHAIN,         /* pipelined chain (Broadcast, Reduce) */
+    HCCL_ALGO_SCATTER_ALLGATHER, /* van de Geijn Broadcast */
+    HCCL_ALGO_BRUCK,         /* AllGather, AlltoAll */
+    HCCL_ALGO_RECHALV,       /* recursive halving ReduceScatter */
+    HCCL_ALGO_PAIRWISE,      /* AlltoAll(v) */
+    HCCL_ALGO_DISSEMINATION, /* Barrier */
     HCCL_NUM_ALGOS
 } hccl_algo_t;
 
 const char *hccl_coll_name(hccl_coll_t coll);
 const char *hccl_algo_name(hccl_algo_t algo);
 
-/* The shape of one call; what a plan is built for. */
+/*
+ * The shape of one call; what a plan is built for. count is per collective:
+ * AllReduce, Broadcast, Reduce: the buffer; AllGather: sendcount (recv holds
+ * nranks blocks); ReduceScatter: recvcount (send holds nranks blocks);
+ * AlltoAll: the block per peer; Barrier: 0. Slots: Broadcast uses RECV only
+ * (the one buffer); Reduce's RECV exists on the root only (0 bytes elsewhere).
+ * AlltoAllv: v points at 4 arrays of nranks element counts, in order
+ * sendcounts, sdispls, recvcounts, rdispls (borrowed, valid while building).
+ */
 typedef struct hccl_coll_shape {
     hccl_coll_t coll;
     size_t count;
     hcclDataType_t dtype;
     hcclRedOp_t op;
     int root;
+    const size_t *v;
 } hccl_coll_shape_t;
 
 /* Ring AllReduce: reduce-scatter then all-gather, each block cut into chunk_bytes pieces. */
@@ -35,6 +61,40 @@ hcclResult_t hccl_algo_ring_allreduce(int rank, int nranks, const hccl_coll_shap
 /* Recursive doubling AllReduce, with the fold step for non-powers of two. */
 hcclResult_t hccl_algo_recdbl_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
                                         hccl_plan_t **plan_p);
+
+/*
+ * Generators of the other collectives (one file per family). Each builds rank's plan for
+ * shape; chunk_bytes is the pipelining granularity where the algorithm pipelines.
+ */
+hcclResult_t hccl_algo_tree_broadcast(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_chain_broadcast(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                       size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_scatter_allgather_broadcast(int rank, int nranks,
+                                                   const hccl_coll_shape_t *shape,
+                                                   size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_tree_reduce(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                   size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_chain_reduce(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                    size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_ring_allgather(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_recdbl_allgather(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                        size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_bruck_allgather(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                       size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_ring_reducescatter(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                          size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_rechalv_reducescatter(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                             size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_pairwise_alltoall(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                         size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_bruck_alltoall(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_pairwise_alltoallv(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                          size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_dissemination_barrier(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                             size_t chunk_bytes, hccl_plan_t **plan_p);
 
 /* Block b of n over count elements: [*first, *first + *len). */
 void hccl_algo_block(size_t count, int n, int b, size_t *first, size_t *len);

@@ -5,8 +5,14 @@
 
 #include "algos/algos.h"
 
-static const char *const coll_names[HCCL_NUM_COLLS] = {"allreduce"};
-static const char *const algo_names[HCCL_NUM_ALGOS] = {"auto", "ring", "recdbl"};
+static const char *const coll_names[HCCL_NUM_COLLS] = {
+    "allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "alltoallv",
+    "barrier",
+};
+static const char *const algo_names[HCCL_NUM_ALGOS] = {
+    "auto", "ring", "recdbl", "tree", "chain", "scatter_allgather", "bruck", "rechalv",
+    "pairwise", "dissemination",
+};
 
 const char *hccl_coll_name(hccl_coll_t coll)
 {

@@ -51,7 +51,7 @@ static void coll_on_post(hccl_post_t *post)
     struct hcclRequest *req = (struct hcclRequest *)((char *)post - offsetof(struct hcclRequest, post));
     struct hcclComm *comm = req->owner;
     hccl_coll_shape_t shape = {(hccl_coll_t)req->coll, req->count, (hcclDataType_t)req->dtype,
-                               (hcclRedOp_t)req->op, req->root};
+                               (hcclRedOp_t)req->op, req->root, NULL};
     hccl_algo_t algo;
     hccl_plan_key_t key;
     hccl_plan_t *plan;

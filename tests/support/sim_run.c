@@ -17,28 +17,23 @@ static void on_done(hccl_run_t *run, hcclResult_t res, const char *msg, void *ar
     st->res = res;
 }
 
-hcclResult_t sim_run_allreduce(hccl_algo_t algo, int n, const hccl_coll_shape_t *shape,
-                               void **sendbufs, void **recvbufs, sim_result_t *out)
+hcclResult_t sim_run_plans(int n, hccl_plan_t **plans, void **sendbufs, void **recvbufs,
+                           sim_result_t *out)
 {
     hccl_reactor_t *r = NULL;
     hccl_sim_world_t *w = NULL;
     hccl_exec_t *ex[64] = {0};
-    hccl_plan_t *plans[64] = {0};
     run_state_t st[64];
-    hccl_tuner_t t;
     hcclResult_t res = hcclSuccess;
     int ndone = 0;
 
+    if (n > 64)
+        return hcclInvalidArgument;
     memset(st, 0, sizeof(st));
-    hccl_tuner_init(&t, NULL, 4u << 20);
-    t.chunk_bytes = 4096; /* small chunks: exercise pipelining on small buffers */
     if (hccl_reactor_create(NULL, -1, &r) || hccl_sim_world_create(r, n, &w))
         return hcclSystemError;
-    for (int i = 0; i < n && res == hcclSuccess; i++) {
-        res = hccl_algo_build(&t, algo, i, n, shape, &plans[i]);
-        if (res == hcclSuccess)
-            res = hccl_exec_create(r, i, n, hccl_sim_world_conns(w, i), &ex[i]);
-    }
+    for (int i = 0; i < n && res == hcclSuccess; i++)
+        res = hccl_exec_create(r, i, n, hccl_sim_world_conns(w, i), &ex[i]);
     for (int i = 0; i < n && res == hcclSuccess; i++)
         res = hccl_exec_start(ex[i], plans[i], 7, sendbufs[i], recvbufs[i], on_done, &st[i], NULL);
     /* The sim link completes everything through the post queue: once it is empty and runs
@@ -58,10 +53,32 @@ hcclResult_t sim_run_allreduce(hccl_algo_t algo, int n, const hccl_coll_shape_t 
         }
         if (res == hcclSuccess && (!st[i].done || st[i].res != hcclSuccess))
             res = st[i].done ? st[i].res : hcclInProgress;
-        hccl_plan_release(plans[i]);
-        hccl_exec_destroy(ex[i]);
     }
+    /* Unfinished runs (a deadlock) still hold transfers: fail them before freeing. */
+    for (int i = 0; i < n; i++)
+        if (ex[i] && hccl_exec_inflight(ex[i]) == 0)
+            hccl_exec_destroy(ex[i]);
     hccl_sim_world_destroy(w);
     hccl_reactor_destroy(r);
+    return res;
+}
+
+hcclResult_t sim_run_allreduce(hccl_algo_t algo, int n, const hccl_coll_shape_t *shape,
+                               void **sendbufs, void **recvbufs, sim_result_t *out)
+{
+    hccl_plan_t *plans[64] = {0};
+    hccl_tuner_t t;
+    hcclResult_t res = hcclSuccess;
+
+    if (n > 64)
+        return hcclInvalidArgument;
+    hccl_tuner_init(&t, NULL, 4u << 20);
+    t.chunk_bytes = 4096; /* small chunks: exercise pipelining on small buffers */
+    for (int i = 0; i < n && res == hcclSuccess; i++)
+        res = hccl_algo_build(&t, algo, i, n, shape, &plans[i]);
+    if (res == hcclSuccess)
+        res = sim_run_plans(n, plans, sendbufs, recvbufs, out);
+    for (int i = 0; i < n; i++)
+        hccl_plan_release(plans[i]);
     return res;
 }

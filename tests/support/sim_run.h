@@ -19,4 +19,12 @@ typedef struct {
 hcclResult_t sim_run_allreduce(hccl_algo_t algo, int n, const hccl_coll_shape_t *shape,
                                void **sendbufs, void **recvbufs, sim_result_t *out);
 
+/*
+ * Runs prebuilt plans (plans[r] for rank r, not released) over the sim link with the given
+ * buffers; out (may be NULL) gets each rank's result and bytes sent. hcclInProgress means the
+ * plans deadlocked (the sim link holds nothing: every send waits for its receive).
+ */
+hcclResult_t sim_run_plans(int n, hccl_plan_t **plans, void **sendbufs, void **recvbufs,
+                           sim_result_t *out);
+
 #endif

@@ -157,7 +157,7 @@ static void check_allreduce(hccl_algo_t algo, int n, size_t count, hcclDataType_
     size_t esz = hccl_dtype_size(dt);
     void *send[64], *recv[64];
     unsigned seed = (unsigned)(count * 31 + (size_t)dt * 7 + (size_t)op);
-    hccl_coll_shape_t shape = {HCCL_COLL_ALLREDUCE, count, dt, op, 0};
+    hccl_coll_shape_t shape = {HCCL_COLL_ALLREDUCE, count, dt, op, 0, NULL};
     sim_result_t out;
     hcclResult_t res;
 
@@ -240,7 +240,7 @@ static void test_recdbl_bytes(void **state)
     for (int n = 2; n <= 16; n++) {
         size_t count = 100;
         float *send[64], *recv[64];
-        hccl_coll_shape_t shape = {HCCL_COLL_ALLREDUCE, count, hcclFloat32, hcclSum, 0};
+        hccl_coll_shape_t shape = {HCCL_COLL_ALLREDUCE, count, hcclFloat32, hcclSum, 0, NULL};
         sim_result_t out;
         int pof2 = 1, logp = 0;
         while (pof2 * 2 <= n) {
