@@ -136,6 +136,14 @@ HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, con
  */
 HCCL_API hcclResult_t hcclCommInitFromEnv(hcclComm_t *comm);
 
+#define HCCL_SPLIT_NOCOLOR -1
+/*
+ * Collective over comm: ranks passing the same color form a new communicator,
+ * ordered by (key, rank in comm); the new one takes comm's settings. A rank
+ * passing HCCL_SPLIT_NOCOLOR (any color < 0) gets *newcomm = NULL.
+ */
+HCCL_API hcclResult_t hcclCommSplit(hcclComm_t comm, int color, int key, hcclComm_t *newcomm);
+
 /* Waits for this rank's outstanding requests, then frees comm. */
 HCCL_API hcclResult_t hcclCommDestroy(hcclComm_t comm);
 /* Completes every outstanding request with hcclAborted, then frees comm. */
@@ -158,6 +166,65 @@ HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, siz
                                          hcclComm_t comm, hcclRequest_t *req);
 HCCL_API hcclResult_t hcclAllReduce(const void *sendbuf, void *recvbuf, size_t count,
                                     hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm);
+
+/*
+ * Layouts follow NCCL. Broadcast: buf on every rank, the root's is sent.
+ * Reduce: recvbuf is written on the root only (NULL allowed elsewhere).
+ * AllGather: recvbuf holds nranks*sendcount elements in rank order; in-place
+ * is sendbuf == recvbuf + rank*sendcount. ReduceScatter: sendbuf holds
+ * nranks*recvcount and rank i gets block i; in-place is
+ * recvbuf == sendbuf + rank*recvcount. AlltoAll: block j of sendbuf goes to
+ * rank j, block i of recvbuf comes from rank i; the buffers must not overlap.
+ * AlltoAllv: counts and displacements in elements, per peer.
+ */
+HCCL_API hcclResult_t hcclBroadcastAsync(void *buf, size_t count, hcclDataType_t datatype, int root,
+                                         hcclComm_t comm, hcclRequest_t *req);
+HCCL_API hcclResult_t hcclBroadcast(void *buf, size_t count, hcclDataType_t datatype, int root,
+                                    hcclComm_t comm);
+HCCL_API hcclResult_t hcclReduceAsync(const void *sendbuf, void *recvbuf, size_t count,
+                                      hcclDataType_t datatype, hcclRedOp_t op, int root,
+                                      hcclComm_t comm, hcclRequest_t *req);
+HCCL_API hcclResult_t hcclReduce(const void *sendbuf, void *recvbuf, size_t count,
+                                 hcclDataType_t datatype, hcclRedOp_t op, int root, hcclComm_t comm);
+HCCL_API hcclResult_t hcclAllGatherAsync(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                         hcclDataType_t datatype, hcclComm_t comm,
+                                         hcclRequest_t *req);
+HCCL_API hcclResult_t hcclAllGather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                    hcclDataType_t datatype, hcclComm_t comm);
+HCCL_API hcclResult_t hcclReduceScatterAsync(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                             hcclDataType_t datatype, hcclRedOp_t op,
+                                             hcclComm_t comm, hcclRequest_t *req);
+HCCL_API hcclResult_t hcclReduceScatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm);
+HCCL_API hcclResult_t hcclAlltoAllAsync(const void *sendbuf, void *recvbuf, size_t count,
+                                        hcclDataType_t datatype, hcclComm_t comm,
+                                        hcclRequest_t *req);
+HCCL_API hcclResult_t hcclAlltoAll(const void *sendbuf, void *recvbuf, size_t count,
+                                   hcclDataType_t datatype, hcclComm_t comm);
+HCCL_API hcclResult_t hcclAlltoAllvAsync(const void *sendbuf, const size_t *sendcounts,
+                                         const size_t *sdispls, void *recvbuf,
+                                         const size_t *recvcounts, const size_t *rdispls,
+                                         hcclDataType_t datatype, hcclComm_t comm,
+                                         hcclRequest_t *req);
+HCCL_API hcclResult_t hcclAlltoAllv(const void *sendbuf, const size_t *sendcounts,
+                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *rdispls, hcclDataType_t datatype, hcclComm_t comm);
+/* Completes on a rank once every rank has entered it. */
+HCCL_API hcclResult_t hcclBarrierAsync(hcclComm_t comm, hcclRequest_t *req);
+HCCL_API hcclResult_t hcclBarrier(hcclComm_t comm);
+/*
+ * Point to point: not collective. Sends and receives between a pair match
+ * in posting order; the counts must agree. Send/Recv to oneself completes
+ * locally.
+ */
+HCCL_API hcclResult_t hcclSendAsync(const void *buf, size_t count, hcclDataType_t datatype, int peer,
+                                    hcclComm_t comm, hcclRequest_t *req);
+HCCL_API hcclResult_t hcclSend(const void *buf, size_t count, hcclDataType_t datatype, int peer,
+                               hcclComm_t comm);
+HCCL_API hcclResult_t hcclRecvAsync(void *buf, size_t count, hcclDataType_t datatype, int peer,
+                                    hcclComm_t comm, hcclRequest_t *req);
+HCCL_API hcclResult_t hcclRecv(void *buf, size_t count, hcclDataType_t datatype, int peer,
+                               hcclComm_t comm);
 
 /* Requests. */
 

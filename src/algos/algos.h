@@ -17,6 +17,8 @@ typedef enum {
     HCCL_COLL_ALLTOALL,
     HCCL_COLL_ALLTOALLV,
     HCCL_COLL_BARRIER,
+    HCCL_COLL_SEND,          /* point to point: root is the peer */
+    HCCL_COLL_RECV,
     HCCL_NUM_COLLS
 } hccl_coll_t;
 
@@ -96,6 +98,9 @@ hcclResult_t hccl_algo_pairwise_alltoallv(int rank, int nranks, const hccl_coll_
 hcclResult_t hccl_algo_dissemination_barrier(int rank, int nranks, const hccl_coll_shape_t *shape,
                                              size_t chunk_bytes, hccl_plan_t **plan_p);
 
+/* Send (SEND slot) or receive (RECV slot) of count elements with peer shape->root, tag 0. */
+hcclResult_t hccl_algo_p2p(int rank, int nranks, const hccl_coll_shape_t *shape, hccl_plan_t **plan_p);
+
 /* Block b of n over count elements: [*first, *first + *len). */
 void hccl_algo_block(size_t count, int n, int b, size_t *first, size_t *len);
 
@@ -110,6 +115,8 @@ typedef struct hccl_tuner {
 /* Parses HCCL_ALGO syntax ("ring", "allreduce=ring;..."); a bad entry warns and is ignored. */
 void hccl_tuner_init(hccl_tuner_t *t, const char *algo_spec, size_t buffsize);
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks);
+/* Whether coll has a generator for algo. */
+bool hccl_algo_applies(hccl_coll_t coll, hccl_algo_t algo);
 /* Builds the plan of algo for shape. */
 hcclResult_t hccl_algo_build(const hccl_tuner_t *t, hccl_algo_t algo, int rank, int nranks,
                              const hccl_coll_shape_t *shape, hccl_plan_t **plan_p);

@@ -1,4 +1,7 @@
-/* The first tuner: latency-bound sizes get recursive doubling, the rest the pipelined ring. */
+/*
+ * The tuner: which generator builds each collective, by size and rank count,
+ * unless HCCL_ALGO (or hcclConfig_t.algo) forces one.
+ */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -7,12 +10,26 @@
 
 static const char *const coll_names[HCCL_NUM_COLLS] = {
     "allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "alltoallv",
-    "barrier",
+    "barrier", "send", "recv",
 };
 static const char *const algo_names[HCCL_NUM_ALGOS] = {
     "auto", "ring", "recdbl", "tree", "chain", "scatter_allgather", "bruck", "rechalv",
     "pairwise", "dissemination",
 };
+
+/* The algorithms each collective has, as a bit set over hccl_algo_t. */
+#define A(x) (1u << HCCL_ALGO_##x)
+static const unsigned coll_algos[HCCL_NUM_COLLS] = {
+    [HCCL_COLL_ALLREDUCE] = A(RING) | A(RECDBL),
+    [HCCL_COLL_BROADCAST] = A(TREE) | A(CHAIN) | A(SCATTER_ALLGATHER),
+    [HCCL_COLL_REDUCE] = A(TREE) | A(CHAIN),
+    [HCCL_COLL_ALLGATHER] = A(RING) | A(RECDBL) | A(BRUCK),
+    [HCCL_COLL_REDUCESCATTER] = A(RING) | A(RECHALV),
+    [HCCL_COLL_ALLTOALL] = A(PAIRWISE) | A(BRUCK),
+    [HCCL_COLL_ALLTOALLV] = A(PAIRWISE),
+    [HCCL_COLL_BARRIER] = A(DISSEMINATION),
+};
+#undef A
 
 const char *hccl_coll_name(hccl_coll_t coll)
 {
@@ -24,6 +41,12 @@ const char *hccl_algo_name(hccl_algo_t algo)
     return (unsigned)algo < HCCL_NUM_ALGOS ? algo_names[algo] : "unknown";
 }
 
+bool hccl_algo_applies(hccl_coll_t coll, hccl_algo_t algo)
+{
+    return (unsigned)coll < HCCL_NUM_COLLS && (unsigned)algo < HCCL_NUM_ALGOS &&
+           (coll_algos[coll] & (1u << algo));
+}
+
 static hccl_algo_t algo_parse(const char *s)
 {
     for (int a = 0; a < HCCL_NUM_ALGOS; a++)
@@ -31,6 +54,8 @@ static hccl_algo_t algo_parse(const char *s)
             return (hccl_algo_t)a;
     if (strcasecmp(s, "recursive_doubling") == 0 || strcasecmp(s, "rd") == 0)
         return HCCL_ALGO_RECDBL;
+    if (strcasecmp(s, "vandegeijn") == 0 || strcasecmp(s, "scatter_ring") == 0)
+        return HCCL_ALGO_SCATTER_ALLGATHER;
     return HCCL_NUM_ALGOS;
 }
 
@@ -59,12 +84,11 @@ void hccl_tuner_init(hccl_tuner_t *t, const char *spec, size_t buffsize)
     snprintf(buf, sizeof(buf), "%s", spec);
     for (char *tok = strtok_r(buf, ";,", &save); tok; tok = strtok_r(NULL, ";,", &save)) {
         char *eq = strchr(tok, '=');
-        const char *aname = eq ? eq + 1 : tok;
         char name[64];
         hccl_algo_t a;
         int coll = -1;
 
-        snprintf(name, sizeof(name), "%s", aname);
+        snprintf(name, sizeof(name), "%s", eq ? eq + 1 : tok);
         trim(name);
         a = algo_parse(name);
         if (eq) {
@@ -73,40 +97,102 @@ void hccl_tuner_init(hccl_tuner_t *t, const char *spec, size_t buffsize)
             for (int c = 0; c < HCCL_NUM_COLLS; c++)
                 if (strcasecmp(tok, coll_names[c]) == 0)
                     coll = c;
-            if (coll < 0) {
-                HCCL_WARN("HCCL_ALGO: unknown collective '%s' ignored (known: allreduce)", tok);
+            if (coll < 0 || !coll_algos[coll]) {
+                HCCL_WARN("HCCL_ALGO: unknown collective '%s' ignored", tok);
                 continue;
             }
         }
-        if (a == HCCL_NUM_ALGOS) {
-            HCCL_WARN("HCCL_ALGO: unknown algorithm '%s' ignored (known: ring, recdbl)", name);
+        if (a == HCCL_NUM_ALGOS || a == HCCL_ALGO_AUTO) {
+            HCCL_WARN("HCCL_ALGO: unknown algorithm '%s' ignored", name);
             continue;
         }
+        if (coll >= 0 && !hccl_algo_applies((hccl_coll_t)coll, a)) {
+            HCCL_WARN("HCCL_ALGO: %s has no algorithm '%s'; ignored", coll_names[coll], name);
+            continue;
+        }
+        /* A bare name applies to every collective that has such an algorithm. */
         for (int c = 0; c < HCCL_NUM_COLLS; c++)
-            if (coll < 0 || coll == c)
+            if ((coll < 0 || coll == c) && hccl_algo_applies((hccl_coll_t)c, a))
                 t->forced[c] = a;
     }
 }
 
+static bool is_pow2(int n)
+{
+    return n > 0 && (n & (n - 1)) == 0;
+}
+
+/*
+ * Latency-bound sizes take the algorithms with log(n) rounds, bandwidth-bound
+ * sizes the ones that send each byte the fewest times. The thresholds are
+ * first guesses, to be replaced by the cost model.
+ */
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
 {
-    size_t bytes = shape->count * hccl_dtype_size(shape->dtype);
+    size_t esz = hccl_dtype_size(shape->dtype), bytes = shape->count * esz;
+    bool small = bytes <= t->small_bytes;
 
-    (void)nranks;
-    if (t->forced[shape->coll] != HCCL_ALGO_AUTO)
+    if ((unsigned)shape->coll < HCCL_NUM_COLLS && t->forced[shape->coll] != HCCL_ALGO_AUTO)
         return t->forced[shape->coll];
-    return bytes <= t->small_bytes ? HCCL_ALGO_RECDBL : HCCL_ALGO_RING;
+    switch (shape->coll) {
+    case HCCL_COLL_ALLREDUCE: return small ? HCCL_ALGO_RECDBL : HCCL_ALGO_RING;
+    case HCCL_COLL_BROADCAST:
+        if (small || nranks <= 2)
+            return small ? HCCL_ALGO_TREE : HCCL_ALGO_CHAIN;
+        return HCCL_ALGO_SCATTER_ALLGATHER;
+    case HCCL_COLL_REDUCE: return small ? HCCL_ALGO_TREE : HCCL_ALGO_CHAIN;
+    case HCCL_COLL_ALLGATHER:
+        if (bytes * (size_t)nranks > t->small_bytes)
+            return HCCL_ALGO_RING;
+        return is_pow2(nranks) ? HCCL_ALGO_RECDBL : HCCL_ALGO_BRUCK;
+    case HCCL_COLL_REDUCESCATTER:
+        return bytes * (size_t)nranks <= t->small_bytes ? HCCL_ALGO_RECHALV : HCCL_ALGO_RING;
+    case HCCL_COLL_ALLTOALL: return bytes <= 256 && nranks > 2 ? HCCL_ALGO_BRUCK : HCCL_ALGO_PAIRWISE;
+    case HCCL_COLL_ALLTOALLV: return HCCL_ALGO_PAIRWISE;
+    case HCCL_COLL_BARRIER: return HCCL_ALGO_DISSEMINATION;
+    default: return HCCL_ALGO_AUTO;
+    }
 }
 
 hcclResult_t hccl_algo_build(const hccl_tuner_t *t, hccl_algo_t algo, int rank, int nranks,
                              const hccl_coll_shape_t *shape, hccl_plan_t **plan_p)
 {
-    switch (algo) {
-    case HCCL_ALGO_RING:
-        return hccl_algo_ring_allreduce(rank, nranks, shape, t->chunk_bytes, plan_p);
-    case HCCL_ALGO_RECDBL:
-        return hccl_algo_recdbl_allreduce(rank, nranks, shape, plan_p);
-    default:
-        return HCCL_FAIL(hcclInternalError, "no generator for algorithm %d", (int)algo);
+    size_t chunk = t->chunk_bytes;
+
+    if (shape->coll == HCCL_COLL_SEND || shape->coll == HCCL_COLL_RECV)
+        return hccl_algo_p2p(rank, nranks, shape, plan_p);
+    if (!hccl_algo_applies(shape->coll, algo))
+        return HCCL_FAIL(hcclInternalError, "no %s generator for %s", hccl_algo_name(algo),
+                         hccl_coll_name(shape->coll));
+    switch (shape->coll) {
+    case HCCL_COLL_ALLREDUCE:
+        return algo == HCCL_ALGO_RING ? hccl_algo_ring_allreduce(rank, nranks, shape, chunk, plan_p)
+                                      : hccl_algo_recdbl_allreduce(rank, nranks, shape, plan_p);
+    case HCCL_COLL_BROADCAST:
+        if (algo == HCCL_ALGO_TREE)
+            return hccl_algo_tree_broadcast(rank, nranks, shape, chunk, plan_p);
+        if (algo == HCCL_ALGO_CHAIN)
+            return hccl_algo_chain_broadcast(rank, nranks, shape, chunk, plan_p);
+        return hccl_algo_scatter_allgather_broadcast(rank, nranks, shape, chunk, plan_p);
+    case HCCL_COLL_REDUCE:
+        return algo == HCCL_ALGO_TREE ? hccl_algo_tree_reduce(rank, nranks, shape, chunk, plan_p)
+                                      : hccl_algo_chain_reduce(rank, nranks, shape, chunk, plan_p);
+    case HCCL_COLL_ALLGATHER:
+        if (algo == HCCL_ALGO_RING)
+            return hccl_algo_ring_allgather(rank, nranks, shape, chunk, plan_p);
+        if (algo == HCCL_ALGO_RECDBL)
+            return hccl_algo_recdbl_allgather(rank, nranks, shape, chunk, plan_p);
+        return hccl_algo_bruck_allgather(rank, nranks, shape, chunk, plan_p);
+    case HCCL_COLL_REDUCESCATTER:
+        return algo == HCCL_ALGO_RING
+                   ? hccl_algo_ring_reducescatter(rank, nranks, shape, chunk, plan_p)
+                   : hccl_algo_rechalv_reducescatter(rank, nranks, shape, chunk, plan_p);
+    case HCCL_COLL_ALLTOALL:
+        return algo == HCCL_ALGO_PAIRWISE
+                   ? hccl_algo_pairwise_alltoall(rank, nranks, shape, chunk, plan_p)
+                   : hccl_algo_bruck_alltoall(rank, nranks, shape, chunk, plan_p);
+    case HCCL_COLL_ALLTOALLV: return hccl_algo_pairwise_alltoallv(rank, nranks, shape, chunk, plan_p);
+    case HCCL_COLL_BARRIER: return hccl_algo_dissemination_barrier(rank, nranks, shape, chunk, plan_p);
+    default: return HCCL_FAIL(hcclInternalError, "no generator for collective %d", (int)shape->coll);
     }
 }

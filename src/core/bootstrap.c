@@ -191,9 +191,9 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
         if (rt->fds[r] < 0)
             continue;
         if (rt->hellos[r].card.config_hash != h->card.config_hash) {
-            snprintf(msg, sizeof(msg), "ranks %d and %d were started with different HCCL_ALGO or "
-                     "HCCL_BUFFSIZE settings (or hcclConfig_t.algo); they shape every collective and "
-                     "must be the same on all ranks", r, h->rank);
+            snprintf(msg, sizeof(msg), "ranks %d and %d were started with different HCCL_ALGO, "
+                     "HCCL_BUFFSIZE or HCCL_CHECK settings (or hcclConfig_t.algo); they shape every "
+                     "collective and must be the same on all ranks", r, h->rank);
             root_fail(rt, hcclInvalidUsage, msg);
         }
         break; /* one joined rank is enough to compare with */

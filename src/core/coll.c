@@ -7,6 +7,9 @@
 static void coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t res,
                         const char *msg)
 {
+    hccl_timer_destroy(req->timer);
+    req->timer = NULL;
+    req->run = NULL;
     hccl_request_complete(req, res, msg); /* req may be gone after this */
     pthread_mutex_lock(&comm->mtx);
     comm->outstanding--;
@@ -21,9 +24,6 @@ static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg,
     char text[768];
 
     (void)run;
-    hccl_timer_destroy(req->timer);
-    req->timer = NULL;
-    req->run = NULL;
     if (res != hcclSuccess)
         snprintf(text, sizeof(text), "%s (seq %llu, %zu x %s): %s", hccl_coll_name(req->coll),
                  (unsigned long long)req->seq, req->count, hccl_dtype_name(req->dtype), msg ? msg : "");
@@ -45,16 +45,215 @@ static void coll_on_timeout(void *arg)
     hccl_comm_fail(comm, hcclTimeout, msg);
 }
 
+/* Point-to-point sequence numbers live apart from the collectives': only two ranks count them. */
+#define HCCL_P2P_SEQ_BIT (1ull << 63)
+
+void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char *msg)
+{
+    struct hcclRequest **queues[2] = {&comm->self_sends, &comm->self_recvs};
+
+    for (int q = 0; q < 2; q++) {
+        while (*queues[q]) {
+            struct hcclRequest *req = *queues[q];
+            *queues[q] = req->next_self;
+            coll_finish(comm, req, res, msg);
+        }
+    }
+}
+
+/* Reactor thread: a send to ourselves meets the receive from ourselves, in posting order. */
+static void coll_self_p2p(struct hcclComm *comm, struct hcclRequest *req)
+{
+    bool is_send = req->coll == HCCL_COLL_SEND;
+    struct hcclRequest **mine = is_send ? &comm->self_sends : &comm->self_recvs;
+    struct hcclRequest **other = is_send ? &comm->self_recvs : &comm->self_sends;
+    struct hcclRequest *match = *other, *send, *recv;
+    size_t esz;
+
+    if (!match) {
+        while (*mine)
+            mine = &(*mine)->next_self;
+        req->next_self = NULL;
+        *mine = req;
+        return;
+    }
+    *other = match->next_self;
+    send = is_send ? req : match;
+    recv = is_send ? match : req;
+    esz = hccl_dtype_size((hcclDataType_t)send->dtype);
+    if (send->count * esz != recv->count * hccl_dtype_size((hcclDataType_t)recv->dtype)) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "rank %d: send to itself of %zu bytes met a receive of %zu bytes",
+                 comm->rank, send->count * esz,
+                 recv->count * hccl_dtype_size((hcclDataType_t)recv->dtype));
+        HCCL_WARN("%s", msg);
+        coll_finish(comm, send, hcclInvalidUsage, msg);
+        coll_finish(comm, recv, hcclInvalidUsage, msg);
+        return;
+    }
+    memcpy(recv->recvbuf, send->sendbuf, send->count * esz);
+    coll_finish(comm, send, hcclSuccess, NULL);
+    coll_finish(comm, recv, hcclSuccess, NULL);
+}
+
 /* Reactor thread: plan the request (cached by shape) and start it. */
+static void coll_start(struct hcclComm *comm, struct hcclRequest *req)
+{
+    hccl_coll_shape_t shape = {(hccl_coll_t)req->coll, req->count, (hcclDataType_t)req->dtype,
+                               (hcclRedOp_t)req->op, req->root, req->v};
+    bool p2p = req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV;
+    bool cacheable = req->coll != HCCL_COLL_ALLTOALLV;
+    hccl_algo_t algo;
+    hccl_plan_key_t key;
+    hccl_plan_t *plan = NULL;
+    hcclResult_t res;
+
+    if (req->count == 0 && req->coll != HCCL_COLL_BARRIER) {
+        coll_finish(comm, req, hcclSuccess, NULL);
+        return;
+    }
+    if (p2p && req->root == comm->rank) {
+        coll_self_p2p(comm, req);
+        return;
+    }
+    algo = p2p ? HCCL_ALGO_AUTO : hccl_tuner_pick(&comm->tuner, &shape, comm->nranks);
+    memset(&key, 0, sizeof(key));
+    key = (hccl_plan_key_t){req->coll, algo, req->count, req->dtype, req->op, req->root};
+    if (cacheable)
+        plan = hccl_plan_cache_get(comm->plans, &key);
+    if (!plan) {
+        res = hccl_algo_build(&comm->tuner, algo, comm->rank, comm->nranks, &shape, &plan);
+        if (res != hcclSuccess) {
+            coll_finish(comm, req, res, hccl_error_last());
+            return;
+        }
+        HCCL_INFO(HCCL_SUB_ALGO, "rank %d: %s of %zu x %s on %d ranks: %s, %u steps", comm->rank,
+                  hccl_coll_name(shape.coll), shape.count, hccl_dtype_name(shape.dtype), comm->nranks,
+                  p2p ? "p2p" : hccl_algo_name(algo), plan->nsteps);
+        if (cacheable)
+            hccl_plan_cache_put(comm->plans, &key, plan);
+    }
+    res = hccl_exec_start(comm->exec, plan, req->seq, req->sendbuf, req->recvbuf, coll_on_run_done, req,
+                          (hccl_run_t **)&req->run);
+    hccl_plan_release(plan);
+    if (res != hcclSuccess)
+        coll_finish(comm, req, res, hccl_error_last());
+}
+
+/* ---- HCCL_CHECK: every rank's signature of the call, gathered and compared first ---- */
+
+typedef struct {
+    uint32_t coll;
+    uint32_t dtype;
+    uint32_t op;
+    int32_t root;
+    uint64_t count;
+    uint64_t seq;
+} coll_sig_t;
+
+/* Check messages live in their own tag space, beside the collective's own. */
+#define HCCL_CHECK_TAG_BIT 0x80000000u
+
+static void sig_describe(const coll_sig_t *g, char *buf, size_t len)
+{
+    hccl_coll_t c = (hccl_coll_t)g->coll;
+    const char *dt = hccl_dtype_name((hcclDataType_t)g->dtype);
+
+    if (c == HCCL_COLL_BROADCAST)
+        snprintf(buf, len, "broadcast(count %llu, %s, root %d)", (unsigned long long)g->count, dt, g->root);
+    else if (c == HCCL_COLL_REDUCE)
+        snprintf(buf, len, "reduce(count %llu, %s, %s, root %d)", (unsigned long long)g->count, dt,
+                 hccl_op_name((hcclRedOp_t)g->op), g->root);
+    else if (c == HCCL_COLL_ALLREDUCE || c == HCCL_COLL_REDUCESCATTER)
+        snprintf(buf, len, "%s(count %llu, %s, %s)", hccl_coll_name(c), (unsigned long long)g->count,
+                 dt, hccl_op_name((hcclRedOp_t)g->op));
+    else if (c == HCCL_COLL_BARRIER)
+        snprintf(buf, len, "barrier()");
+    else
+        snprintf(buf, len, "%s(count %llu, %s)", hccl_coll_name(c), (unsigned long long)g->count, dt);
+}
+
+static void coll_on_check_done(hccl_run_t *run, hcclResult_t res, const char *msg, void *arg)
+{
+    struct hcclRequest *req = arg;
+    struct hcclComm *comm = req->owner;
+    const coll_sig_t *table = (const coll_sig_t *)req->check + 1;
+    char text[768], a[160], b[160];
+
+    (void)run;
+    req->run = NULL;
+    if (res != hcclSuccess) {
+        snprintf(text, sizeof(text), "%s (seq %llu, signature check): %s", hccl_coll_name(req->coll),
+                 (unsigned long long)req->seq, msg ? msg : "");
+        coll_finish(comm, req, res, text);
+        return;
+    }
+    for (int r = 1; r < comm->nranks; r++) {
+        if (memcmp(&table[r], &table[0], sizeof(table[0])) == 0)
+            continue;
+        sig_describe(&table[0], a, sizeof(a));
+        sig_describe(&table[r], b, sizeof(b));
+        snprintf(text, sizeof(text), "collective mismatch at seq %llu (HCCL_CHECK): rank 0 called %s, "
+                 "rank %d called %s", (unsigned long long)req->seq, a, r, b);
+        HCCL_WARN("rank %d: %s", comm->rank, text);
+        coll_finish(comm, req, hcclInvalidUsage, text);
+        return;
+    }
+    coll_start(comm, req);
+}
+
+static hcclResult_t check_plan(struct hcclComm *comm, hccl_plan_t **plan_p)
+{
+    hccl_coll_shape_t shape = {HCCL_COLL_ALLGATHER, sizeof(coll_sig_t), hcclUint8, hcclSum, -1, NULL};
+    hccl_plan_key_t key = {HCCL_COLL_ALLGATHER, HCCL_NUM_ALGOS, sizeof(coll_sig_t), hcclUint8, hcclSum, -2};
+    hccl_plan_t *plan = hccl_plan_cache_get(comm->plans, &key);
+
+    if (!plan) {
+        hccl_algo_t algo = hccl_tuner_pick(&comm->tuner, &shape, comm->nranks);
+        HCCL_CHECK(hccl_algo_build(&comm->tuner, algo, comm->rank, comm->nranks, &shape, &plan));
+        for (uint32_t i = 0; i < plan->nsteps; i++)
+            if (plan->steps[i].kind == HCCL_STEP_SEND || plan->steps[i].kind == HCCL_STEP_RECV)
+                plan->steps[i].tag |= HCCL_CHECK_TAG_BIT;
+        hccl_plan_cache_put(comm->plans, &key, plan);
+    }
+    *plan_p = plan;
+    return hcclSuccess;
+}
+
+static void coll_start_checked(struct hcclComm *comm, struct hcclRequest *req)
+{
+    coll_sig_t *sig = hccl_calloc((size_t)comm->nranks + 1, sizeof(*sig));
+    hccl_plan_t *plan = NULL;
+    hcclResult_t res;
+
+    if (!sig) {
+        coll_finish(comm, req, HCCL_FAIL(hcclSystemError, "out of memory for HCCL_CHECK"),
+                          hccl_error_last());
+        return;
+    }
+    sig->coll = (uint32_t)req->coll;
+    sig->dtype = (uint32_t)req->dtype;
+    sig->op = (uint32_t)req->op;
+    sig->root = req->root;
+    sig->count = req->coll == HCCL_COLL_ALLTOALLV ? 0 : req->count; /* v counts differ by design */
+    sig->seq = req->seq;
+    req->check = sig;
+    res = check_plan(comm, &plan);
+    if (res == hcclSuccess) {
+        res = hccl_exec_start(comm->exec, plan, req->seq, sig, sig + 1, coll_on_check_done, req,
+                              (hccl_run_t **)&req->run);
+        hccl_plan_release(plan);
+    }
+    if (res != hcclSuccess)
+        coll_finish(comm, req, res, hccl_error_last());
+}
+
+/* Reactor thread: a request just posted. */
 static void coll_on_post(hccl_post_t *post)
 {
     struct hcclRequest *req = (struct hcclRequest *)((char *)post - offsetof(struct hcclRequest, post));
     struct hcclComm *comm = req->owner;
-    hccl_coll_shape_t shape = {(hccl_coll_t)req->coll, req->count, (hcclDataType_t)req->dtype,
-                               (hcclRedOp_t)req->op, req->root, NULL};
-    hccl_algo_t algo;
-    hccl_plan_key_t key;
-    hccl_plan_t *plan;
+    bool p2p = req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV;
     hccl_timer_t *timer = NULL;
     hcclResult_t res, err = atomic_load(&comm->async_error);
 
@@ -64,49 +263,30 @@ static void coll_on_post(hccl_post_t *post)
         coll_finish(comm, req, err, msg);
         return;
     }
-    if (req->count == 0) {
-        coll_finish(comm, req, hcclSuccess, NULL);
-        return;
-    }
-    algo = hccl_tuner_pick(&comm->tuner, &shape, comm->nranks);
-    memset(&key, 0, sizeof(key));
-    key = (hccl_plan_key_t){req->coll, algo, req->count, req->dtype, req->op, req->root};
-    plan = hccl_plan_cache_get(comm->plans, &key);
-    if (!plan) {
-        res = hccl_algo_build(&comm->tuner, algo, comm->rank, comm->nranks, &shape, &plan);
-        if (res != hcclSuccess) {
-            coll_finish(comm, req, res, hccl_error_last());
-            return;
-        }
-        HCCL_INFO(HCCL_SUB_ALGO, "rank %d: %s of %zu x %s on %d ranks: %s, %u steps", comm->rank,
-                  hccl_coll_name(shape.coll), shape.count, hccl_dtype_name(shape.dtype), comm->nranks,
-                  hccl_algo_name(algo), plan->nsteps);
-        hccl_plan_cache_put(comm->plans, &key, plan);
-    }
     if (comm->params.exec_timeout_ms > 0) {
         res = hccl_timer_create(comm->reactor, coll_on_timeout, req, &timer);
         if (res != hcclSuccess) {
-            hccl_plan_release(plan);
             coll_finish(comm, req, res, hccl_error_last());
             return;
         }
         hccl_timer_arm(timer, comm->params.exec_timeout_ms);
+        req->timer = timer;
     }
-    req->timer = timer;
-    res = hccl_exec_start(comm->exec, plan, req->seq, req->sendbuf, req->recvbuf, coll_on_run_done, req,
-                          (hccl_run_t **)&req->run);
-    hccl_plan_release(plan);
-    if (res != hcclSuccess) {
-        hccl_timer_destroy(timer);
-        req->timer = NULL;
-        coll_finish(comm, req, res, hccl_error_last());
-    }
+    if (comm->params.check && !p2p)
+        coll_start_checked(comm, req);
+    else
+        coll_start(comm, req);
 }
 
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req)
 {
     req->owner = comm;
-    req->seq = atomic_fetch_add(&comm->next_seq, 1);
+    if (req->coll == HCCL_COLL_SEND && req->count > 0)
+        req->seq = HCCL_P2P_SEQ_BIT | atomic_fetch_add(&comm->p2p_send_seq[req->root], 1);
+    else if (req->coll == HCCL_COLL_RECV && req->count > 0)
+        req->seq = HCCL_P2P_SEQ_BIT | atomic_fetch_add(&comm->p2p_recv_seq[req->root], 1);
+    else if (req->coll != HCCL_COLL_SEND && req->coll != HCCL_COLL_RECV)
+        req->seq = atomic_fetch_add(&comm->next_seq, 1);
     req->post.fn = coll_on_post;
     pthread_mutex_lock(&comm->mtx);
     comm->outstanding++;
@@ -115,57 +295,121 @@ hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req)
     return hcclSuccess;
 }
 
-static bool ranges_overlap(const void *a, const void *b, size_t len)
+/* ---- argument checks shared by the entry points ---- */
+
+typedef struct {
+    hccl_coll_t coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    hcclDataType_t dtype;
+    hcclRedOp_t op;
+    int root;
+    size_t *v; /* owned until handed to the request */
+} coll_call_t;
+
+static bool ranges_overlap(const void *a, size_t alen, const void *b, size_t blen)
 {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
 
-    return x < y + len && y < x + len;
+    return alen && blen && x < y + blen && y < x + alen;
 }
+
+static hcclResult_t check_common(struct hcclComm *comm, const char *fn, hcclRequest_t *req_p,
+                                 hcclDataType_t dt, const hcclRedOp_t *op)
+{
+    HCCL_CHECK(hccl_comm_check(comm, fn));
+    if (!req_p)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: req is NULL", fn);
+    if ((unsigned)dt >= hcclNumTypes)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: datatype %d is not a valid hcclDataType_t", fn, (int)dt);
+    if (op && (unsigned)*op >= hcclNumOps)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: op %d is not a valid hcclRedOp_t", fn, (int)*op);
+    return hcclSuccess;
+}
+
+/* count * mult elements of dt in bytes, or an error naming the overflow. */
+static hcclResult_t check_bytes(const char *fn, size_t count, size_t mult, hcclDataType_t dt, size_t *bytes_p)
+{
+    size_t esz = hccl_dtype_size(dt);
+
+    if (mult && count > SIZE_MAX / mult / esz)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: count %zu of %s overflows the address space", fn,
+                         count, hccl_dtype_name(dt));
+    *bytes_p = count * mult * esz;
+    return hcclSuccess;
+}
+
+static hcclResult_t check_rank(struct hcclComm *comm, const char *fn, const char *what, int r)
+{
+    if (r < 0 || r >= comm->nranks)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: %s %d is not in [0, %d)", fn, what, r, comm->nranks);
+    return hcclSuccess;
+}
+
+static hcclResult_t coll_submit(struct hcclComm *comm, const char *fn, coll_call_t *c,
+                                hcclRequest_t *req_p)
+{
+    struct hcclRequest *req;
+    hcclResult_t err = atomic_load(&comm->async_error);
+
+    if (err != hcclSuccess) {
+        char msg[512];
+        hccl_comm_error_text(comm, msg, sizeof(msg));
+        hccl_free(c->v);
+        return HCCL_FAIL(err, "%s: the communicator has failed: %s", fn, msg);
+    }
+    if (hccl_request_create(comm->reactor, &req) != hcclSuccess) {
+        hccl_free(c->v);
+        return hcclSystemError;
+    }
+    req->coll = c->coll;
+    req->sendbuf = c->sendbuf;
+    req->recvbuf = c->recvbuf;
+    req->count = c->count;
+    req->dtype = c->dtype;
+    req->op = c->op;
+    req->root = c->root;
+    req->v = c->v; /* the request owns it now */
+    hccl_comm_post(comm, req);
+    *req_p = req;
+    return hcclSuccess;
+}
+
+/* The blocking forms: Async + Wait. */
+static hcclResult_t coll_block(hcclResult_t posted, hcclRequest_t *req)
+{
+    return posted != hcclSuccess ? posted : hcclWait(req);
+}
+
+static hcclResult_t check_blocking(struct hcclComm *comm, const char *fn)
+{
+    HCCL_CHECK(hccl_comm_check(comm, fn));
+    if (hccl_reactor_in_loop(comm->reactor))
+        return HCCL_FAIL(hcclInvalidUsage, "%s: the blocking form was called from a callback of the "
+                                           "communicator; it would never finish", fn);
+    return hcclSuccess;
+}
+
+/* ---- entry points ---- */
 
 HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, size_t count,
                                          hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm,
                                          hcclRequest_t *req_p)
 {
-    struct hcclRequest *req;
-    hcclResult_t err;
-    size_t esz;
+    static const char fn[] = "hcclAllReduceAsync";
+    coll_call_t c = {HCCL_COLL_ALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, NULL};
+    size_t bytes = 0;
 
-    HCCL_CHECK(hccl_comm_check(comm, "hcclAllReduceAsync"));
-    if (!req_p)
-        return HCCL_FAIL(hcclInvalidArgument, "hcclAllReduceAsync: req is NULL");
-    if ((unsigned)datatype >= hcclNumTypes)
-        return HCCL_FAIL(hcclInvalidArgument, "hcclAllReduceAsync: datatype %d is not a valid "
-                                              "hcclDataType_t", (int)datatype);
-    if ((unsigned)op >= hcclNumOps)
-        return HCCL_FAIL(hcclInvalidArgument, "hcclAllReduceAsync: op %d is not a valid hcclRedOp_t",
-                         (int)op);
-    esz = hccl_dtype_size(datatype);
-    if (count > SIZE_MAX / esz)
-        return HCCL_FAIL(hcclInvalidArgument, "hcclAllReduceAsync: count %zu of %s overflows", count,
-                         hccl_dtype_name(datatype));
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, &op));
+    HCCL_CHECK(check_bytes(fn, count, 1, datatype, &bytes));
     if (count > 0 && (!sendbuf || !recvbuf))
-        return HCCL_FAIL(hcclInvalidArgument, "hcclAllReduceAsync: %s is NULL with count %zu",
+        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
                          sendbuf ? "recvbuf" : "sendbuf", count);
-    if (count > 0 && sendbuf != recvbuf && ranges_overlap(sendbuf, recvbuf, count * esz))
-        return HCCL_FAIL(hcclInvalidArgument, "hcclAllReduceAsync: sendbuf and recvbuf overlap without "
-                                              "being equal (in-place needs sendbuf == recvbuf)");
-    err = atomic_load(&comm->async_error);
-    if (err != hcclSuccess) {
-        char msg[512];
-        hccl_comm_error_text(comm, msg, sizeof(msg));
-        return HCCL_FAIL(err, "hcclAllReduceAsync: the communicator has failed: %s", msg);
-    }
-    HCCL_CHECK(hccl_request_create(comm->reactor, &req));
-    req->coll = HCCL_COLL_ALLREDUCE;
-    req->sendbuf = sendbuf;
-    req->recvbuf = recvbuf;
-    req->count = count;
-    req->dtype = datatype;
-    req->op = op;
-    req->root = -1;
-    hccl_comm_post(comm, req);
-    *req_p = req;
-    return hcclSuccess;
+    if (sendbuf != recvbuf && ranges_overlap(sendbuf, bytes, recvbuf, bytes))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being equal "
+                                              "(in-place needs sendbuf == recvbuf)", fn);
+    return coll_submit(comm, fn, &c, req_p);
 }
 
 HCCL_API hcclResult_t hcclAllReduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -173,10 +417,275 @@ HCCL_API hcclResult_t hcclAllReduce(const void *sendbuf, void *recvbuf, size_t c
 {
     hcclRequest_t req = NULL;
 
-    HCCL_CHECK(hccl_comm_check(comm, "hcclAllReduce"));
-    if (hccl_reactor_in_loop(comm->reactor))
-        return HCCL_FAIL(hcclInvalidUsage, "hcclAllReduce: the blocking form was called from a "
-                                           "callback of the communicator; it would never finish");
-    HCCL_CHECK(hcclAllReduceAsync(sendbuf, recvbuf, count, datatype, op, comm, &req));
-    return hcclWait(&req);
+    HCCL_CHECK(check_blocking(comm, "hcclAllReduce"));
+    return coll_block(hcclAllReduceAsync(sendbuf, recvbuf, count, datatype, op, comm, &req), &req);
+}
+
+HCCL_API hcclResult_t hcclBroadcastAsync(void *buf, size_t count, hcclDataType_t datatype, int root,
+                                         hcclComm_t comm, hcclRequest_t *req_p)
+{
+    static const char fn[] = "hcclBroadcastAsync";
+    coll_call_t c = {HCCL_COLL_BROADCAST, buf, buf, count, datatype, hcclSum, root, NULL};
+    size_t bytes = 0;
+
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, NULL));
+    HCCL_CHECK(check_rank(comm, fn, "root", root));
+    HCCL_CHECK(check_bytes(fn, count, 1, datatype, &bytes));
+    if (count > 0 && !buf)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: buf is NULL with count %zu", fn, count);
+    return coll_submit(comm, fn, &c, req_p);
+}
+
+HCCL_API hcclResult_t hcclBroadcast(void *buf, size_t count, hcclDataType_t datatype, int root,
+                                    hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclBroadcast"));
+    return coll_block(hcclBroadcastAsync(buf, count, datatype, root, comm, &req), &req);
+}
+
+HCCL_API hcclResult_t hcclReduceAsync(const void *sendbuf, void *recvbuf, size_t count,
+                                      hcclDataType_t datatype, hcclRedOp_t op, int root,
+                                      hcclComm_t comm, hcclRequest_t *req_p)
+{
+    static const char fn[] = "hcclReduceAsync";
+    coll_call_t c = {HCCL_COLL_REDUCE, sendbuf, recvbuf, count, datatype, op, root, NULL};
+    size_t bytes = 0;
+
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, &op));
+    HCCL_CHECK(check_rank(comm, fn, "root", root));
+    HCCL_CHECK(check_bytes(fn, count, 1, datatype, &bytes));
+    if (count > 0 && !sendbuf)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf is NULL with count %zu", fn, count);
+    if (count > 0 && comm->rank == root && !recvbuf)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: recvbuf is NULL on the root", fn);
+    if (comm->rank != root)
+        c.recvbuf = NULL; /* never touched elsewhere */
+    else if (sendbuf != recvbuf && ranges_overlap(sendbuf, bytes, recvbuf, bytes))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being equal", fn);
+    return coll_submit(comm, fn, &c, req_p);
+}
+
+HCCL_API hcclResult_t hcclReduce(const void *sendbuf, void *recvbuf, size_t count,
+                                 hcclDataType_t datatype, hcclRedOp_t op, int root, hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclReduce"));
+    return coll_block(hcclReduceAsync(sendbuf, recvbuf, count, datatype, op, root, comm, &req), &req);
+}
+
+HCCL_API hcclResult_t hcclAllGatherAsync(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                         hcclDataType_t datatype, hcclComm_t comm,
+                                         hcclRequest_t *req_p)
+{
+    static const char fn[] = "hcclAllGatherAsync";
+    coll_call_t c = {HCCL_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, datatype, hcclSum, -1, NULL};
+    size_t bytes = 0, total = 0;
+
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, NULL));
+    HCCL_CHECK(check_bytes(fn, sendcount, 1, datatype, &bytes));
+    HCCL_CHECK(check_bytes(fn, sendcount, (size_t)comm->nranks, datatype, &total));
+    if (sendcount > 0 && (!sendbuf || !recvbuf))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
+                         sendbuf ? "recvbuf" : "sendbuf", sendcount);
+    if (sendbuf != (char *)recvbuf + (size_t)comm->rank * bytes &&
+        ranges_overlap(sendbuf, bytes, recvbuf, total))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf overlaps recvbuf but is not "
+                                              "recvbuf + rank*sendcount (the in-place form)", fn);
+    return coll_submit(comm, fn, &c, req_p);
+}
+
+HCCL_API hcclResult_t hcclAllGather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                    hcclDataType_t datatype, hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclAllGather"));
+    return coll_block(hcclAllGatherAsync(sendbuf, recvbuf, sendcount, datatype, comm, &req), &req);
+}
+
+HCCL_API hcclResult_t hcclReduceScatterAsync(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                             hcclDataType_t datatype, hcclRedOp_t op,
+                                             hcclComm_t comm, hcclRequest_t *req_p)
+{
+    static const char fn[] = "hcclReduceScatterAsync";
+    coll_call_t c = {HCCL_COLL_REDUCESCATTER, sendbuf, recvbuf, recvcount, datatype, op, -1, NULL};
+    size_t bytes = 0, total = 0;
+
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, &op));
+    HCCL_CHECK(check_bytes(fn, recvcount, 1, datatype, &bytes));
+    HCCL_CHECK(check_bytes(fn, recvcount, (size_t)comm->nranks, datatype, &total));
+    if (recvcount > 0 && (!sendbuf || !recvbuf))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
+                         sendbuf ? "recvbuf" : "sendbuf", recvcount);
+    if (recvbuf != (const char *)sendbuf + (size_t)comm->rank * bytes &&
+        ranges_overlap(sendbuf, total, recvbuf, bytes))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: recvbuf overlaps sendbuf but is not "
+                                              "sendbuf + rank*recvcount (the in-place form)", fn);
+    return coll_submit(comm, fn, &c, req_p);
+}
+
+HCCL_API hcclResult_t hcclReduceScatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclReduceScatter"));
+    return coll_block(hcclReduceScatterAsync(sendbuf, recvbuf, recvcount, datatype, op, comm, &req),
+                      &req);
+}
+
+HCCL_API hcclResult_t hcclAlltoAllAsync(const void *sendbuf, void *recvbuf, size_t count,
+                                        hcclDataType_t datatype, hcclComm_t comm,
+                                        hcclRequest_t *req_p)
+{
+    static const char fn[] = "hcclAlltoAllAsync";
+    coll_call_t c = {HCCL_COLL_ALLTOALL, sendbuf, recvbuf, count, datatype, hcclSum, -1, NULL};
+    size_t total = 0;
+
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, NULL));
+    HCCL_CHECK(check_bytes(fn, count, (size_t)comm->nranks, datatype, &total));
+    if (count > 0 && (!sendbuf || !recvbuf))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
+                         sendbuf ? "recvbuf" : "sendbuf", count);
+    if (ranges_overlap(sendbuf, total, recvbuf, total))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap (not allowed)", fn);
+    return coll_submit(comm, fn, &c, req_p);
+}
+
+HCCL_API hcclResult_t hcclAlltoAll(const void *sendbuf, void *recvbuf, size_t count,
+                                   hcclDataType_t datatype, hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclAlltoAll"));
+    return coll_block(hcclAlltoAllAsync(sendbuf, recvbuf, count, datatype, comm, &req), &req);
+}
+
+/* The span [lo, hi) in elements that counts/displs cover, or an error on overflow. */
+static hcclResult_t v_span(const char *fn, const char *what, const size_t *counts, const size_t *displs,
+                           int n, size_t *hi_p, size_t *total_p)
+{
+    size_t hi = 0, total = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (counts[i] && displs[i] > SIZE_MAX - counts[i])
+            return HCCL_FAIL(hcclInvalidArgument, "%s: %s %d overflows", fn, what, i);
+        if (counts[i] && displs[i] + counts[i] > hi)
+            hi = displs[i] + counts[i];
+        total += counts[i];
+    }
+    *hi_p = hi;
+    *total_p = total;
+    return hcclSuccess;
+}
+
+HCCL_API hcclResult_t hcclAlltoAllvAsync(const void *sendbuf, const size_t *sendcounts,
+                                         const size_t *sdispls, void *recvbuf,
+                                         const size_t *recvcounts, const size_t *rdispls,
+                                         hcclDataType_t datatype, hcclComm_t comm,
+                                         hcclRequest_t *req_p)
+{
+    static const char fn[] = "hcclAlltoAllvAsync";
+    coll_call_t c = {HCCL_COLL_ALLTOALLV, sendbuf, recvbuf, 0, datatype, hcclSum, -1, NULL};
+    size_t shi = 0, rhi = 0, stot = 0, rtot = 0, sbytes = 0, rbytes = 0, n;
+
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, NULL));
+    if (!sendcounts || !sdispls || !recvcounts || !rdispls)
+        return HCCL_FAIL(hcclInvalidArgument, "%s: a count or displacement array is NULL", fn);
+    n = (size_t)comm->nranks;
+    HCCL_CHECK(v_span(fn, "send block", sendcounts, sdispls, comm->nranks, &shi, &stot));
+    HCCL_CHECK(v_span(fn, "receive block", recvcounts, rdispls, comm->nranks, &rhi, &rtot));
+    HCCL_CHECK(check_bytes(fn, shi, 1, datatype, &sbytes));
+    HCCL_CHECK(check_bytes(fn, rhi, 1, datatype, &rbytes));
+    if ((shi && !sendbuf) || (rhi && !recvbuf))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with non-zero counts", fn,
+                         shi && !sendbuf ? "sendbuf" : "recvbuf");
+    if (ranges_overlap(sendbuf, sbytes, recvbuf, rbytes))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap (not allowed)", fn);
+    c.count = stot + rtot; /* only "is there anything at all" matters; the plan uses v */
+    c.v = hccl_malloc(4 * n * sizeof(size_t));
+    if (!c.v)
+        return HCCL_FAIL(hcclSystemError, "%s: out of memory", fn);
+    memcpy(c.v, sendcounts, n * sizeof(size_t));
+    memcpy(c.v + n, sdispls, n * sizeof(size_t));
+    memcpy(c.v + 2 * n, recvcounts, n * sizeof(size_t));
+    memcpy(c.v + 3 * n, rdispls, n * sizeof(size_t));
+    return coll_submit(comm, fn, &c, req_p);
+}
+
+HCCL_API hcclResult_t hcclAlltoAllv(const void *sendbuf, const size_t *sendcounts,
+                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *rdispls, hcclDataType_t datatype, hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclAlltoAllv"));
+    return coll_block(hcclAlltoAllvAsync(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
+                                         datatype, comm, &req),
+                      &req);
+}
+
+HCCL_API hcclResult_t hcclBarrierAsync(hcclComm_t comm, hcclRequest_t *req_p)
+{
+    static const char fn[] = "hcclBarrierAsync";
+    coll_call_t c = {HCCL_COLL_BARRIER, NULL, NULL, 0, hcclUint8, hcclSum, -1, NULL};
+
+    HCCL_CHECK(check_common(comm, fn, req_p, hcclUint8, NULL));
+    return coll_submit(comm, fn, &c, req_p);
+}
+
+HCCL_API hcclResult_t hcclBarrier(hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclBarrier"));
+    return coll_block(hcclBarrierAsync(comm, &req), &req);
+}
+
+static hcclResult_t p2p_async(const char *fn, hccl_coll_t coll, const void *sbuf, void *rbuf,
+                              size_t count, hcclDataType_t datatype, int peer, hcclComm_t comm,
+                              hcclRequest_t *req_p)
+{
+    coll_call_t c = {coll, sbuf, rbuf, count, datatype, hcclSum, peer, NULL};
+    size_t bytes = 0;
+
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, NULL));
+    HCCL_CHECK(check_rank(comm, fn, "peer", peer));
+    HCCL_CHECK(check_bytes(fn, count, 1, datatype, &bytes));
+    if (count > 0 && !(sbuf ? sbuf : rbuf))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: buf is NULL with count %zu", fn, count);
+    return coll_submit(comm, fn, &c, req_p);
+}
+
+HCCL_API hcclResult_t hcclSendAsync(const void *buf, size_t count, hcclDataType_t datatype, int peer,
+                                    hcclComm_t comm, hcclRequest_t *req_p)
+{
+    return p2p_async("hcclSendAsync", HCCL_COLL_SEND, buf, NULL, count, datatype, peer, comm, req_p);
+}
+
+HCCL_API hcclResult_t hcclRecvAsync(void *buf, size_t count, hcclDataType_t datatype, int peer,
+                                    hcclComm_t comm, hcclRequest_t *req_p)
+{
+    return p2p_async("hcclRecvAsync", HCCL_COLL_RECV, NULL, buf, count, datatype, peer, comm, req_p);
+}
+
+HCCL_API hcclResult_t hcclSend(const void *buf, size_t count, hcclDataType_t datatype, int peer,
+                               hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclSend"));
+    return coll_block(hcclSendAsync(buf, count, datatype, peer, comm, &req), &req);
+}
+
+HCCL_API hcclResult_t hcclRecv(void *buf, size_t count, hcclDataType_t datatype, int peer,
+                               hcclComm_t comm)
+{
+    hcclRequest_t req = NULL;
+
+    HCCL_CHECK(check_blocking(comm, "hcclRecv"));
+    return coll_block(hcclRecvAsync(buf, count, datatype, peer, comm, &req), &req);
 }

@@ -42,6 +42,7 @@ void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
     /* Runs first, so that they carry this message rather than their links' echoes of it. */
     if (comm->exec)
         hccl_exec_fail_all(comm->exec, res, first);
+    hccl_comm_fail_self_p2p(comm, res, first);
     if (comm->links_aborted)
         return;
     comm->links_aborted = true;
@@ -75,6 +76,8 @@ static void comm_free(struct hcclComm *comm, bool graceful)
     hccl_reactor_destroy(comm->reactor);
     hccl_free(comm->conns);
     hccl_free(comm->link_of);
+    hccl_free(comm->p2p_send_seq);
+    hccl_free(comm->p2p_recv_seq);
     hccl_free(comm->cards);
     pthread_mutex_destroy(&comm->mtx);
     pthread_cond_destroy(&comm->cond);
@@ -147,7 +150,7 @@ static uint64_t config_hash(const hccl_params_t *p)
         h = (h ^ b[i]) * 1099511628211ull;
     for (size_t i = 0; i < sizeof(p->buffsize); i++)
         h = (h ^ ((p->buffsize >> (8 * i)) & 0xff)) * 1099511628211ull;
-    return h;
+    return (h ^ (uint64_t)p->check) * 1099511628211ull;
 }
 
 static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *id, int rank,
@@ -185,7 +188,9 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     comm->env.fatal_arg = comm;
     comm->conns = hccl_calloc((size_t)nranks, sizeof(*comm->conns));
     comm->link_of = hccl_calloc((size_t)nranks, sizeof(*comm->link_of));
-    if (!comm->conns || !comm->link_of) {
+    comm->p2p_send_seq = hccl_calloc((size_t)nranks, sizeof(*comm->p2p_send_seq));
+    comm->p2p_recv_seq = hccl_calloc((size_t)nranks, sizeof(*comm->p2p_recv_seq));
+    if (!comm->conns || !comm->link_of || !comm->p2p_send_seq || !comm->p2p_recv_seq) {
         res = HCCL_FAIL(hcclSystemError, "comm: out of memory for %d ranks", nranks);
         goto err_report;
     }

@@ -65,6 +65,10 @@ struct hcclComm {
     hccl_plan_cache_t *plans;        /* owned; reactor thread only */
     hccl_tuner_t tuner;
     atomic_ullong next_seq;
+    atomic_ullong *p2p_send_seq;     /* owned, [nranks]: point-to-point sends posted per peer */
+    atomic_ullong *p2p_recv_seq;     /* owned, [nranks]: receives posted per peer */
+    struct hcclRequest *self_sends;  /* reactor thread: sends to ourselves not yet matched */
+    struct hcclRequest *self_recvs;
     /* failure state, written on the reactor thread */
     _Atomic hcclResult_t async_error;
     char async_msg[512];             /* under mtx */
@@ -79,6 +83,8 @@ struct hcclComm {
 void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg);
 /* A copy of the text of the failure that broke comm ("" if none). */
 void hccl_comm_error_text(struct hcclComm *comm, char *buf, size_t len);
+/* Reactor thread: fails the sends and receives to ourselves still waiting for their match. */
+void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char *msg);
 /* Validates a handle passed by the user. */
 hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn);
 /* Queues req (filled in by the caller) on comm's reactor. */

@@ -119,6 +119,7 @@ typedef struct hccl_params {
     int nsocks;                      /* TCP sockets per peer (1 today) */
     size_t cma_threshold;            /* shm: messages of at least this many bytes go single-copy */
     char host_id[HCCL_NAME_STRLEN];  /* HCCL_HOST_ID override of host identity, "" = detect */
+    int check;                       /* HCCL_CHECK: compare every collective's signature first */
 } hccl_params_t;
 
 /* Reads the environment once per process (warning about unknown HCCL_* names), then config. */

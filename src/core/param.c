@@ -23,7 +23,7 @@ static const char *const known_vars[] = {
 /* Names of the API that this version does not act on yet: setting one warns instead of
  * silently doing nothing. */
 static const char *const unsupported_vars[] = {
-    "HCCL_TOPO_DUMP", "HCCL_RANK_TABLE", "HCCL_CHECK", "HCCL_DUMP_ON_SIGNAL", "HCCL_FAULT",
+    "HCCL_TOPO_DUMP", "HCCL_RANK_TABLE", "HCCL_DUMP_ON_SIGNAL", "HCCL_FAULT",
 };
 
 #define HCCL_DEFAULT_CONNECT_TIMEOUT_S 120
@@ -159,6 +159,7 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
         HCCL_WARN("HCCL_NSOCKS=%d: this version uses one socket per peer", p->nsocks);
         p->nsocks = 1;
     }
+    p->check = hccl_param_env_long("HCCL_CHECK", 0) != 0;
     p->cma_threshold = (size_t)hccl_param_env_long("HCCL_CMA_THRESHOLD", HCCL_DEFAULT_CMA_THRESHOLD);
     env_string("HCCL_ALGO", p->algo, sizeof(p->algo));
     env_string("HCCL_LINKS", p->links, sizeof(p->links));

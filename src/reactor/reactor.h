@@ -92,7 +92,10 @@ struct hcclRequest {
     size_t count;
     int dtype;
     int op;
-    int root;
+    int root;                       /* Broadcast/Reduce root, Send/Recv peer */
+    size_t *v;                      /* owned: AlltoAllv's counts and displacements (4 x nranks) */
+    void *check;                    /* owned: HCCL_CHECK's signature table while it is compared */
+    struct hcclRequest *next_self;  /* the communicator's queue of sends/receives to itself */
 };
 
 hcclResult_t hccl_request_create(hccl_reactor_t *r, struct hcclRequest **req_p);

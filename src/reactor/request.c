@@ -30,6 +30,8 @@ void hccl_request_release(struct hcclRequest *req)
         hccl_reactor_t *r = req->reactor;
         req->magic = HCCL_REQUEST_DEAD;
         hccl_free(req->errmsg);
+        hccl_free(req->v);
+        hccl_free(req->check);
         hccl_free(req);
         hccl_reactor_release(r);
     }

@@ -1,0 +1,613 @@
+/*
+ * Rooted collectives over the sim link: binomial-tree, chain and scatter+allgather
+ * Broadcast, binomial-tree and chain Reduce, at 1-9, 16, 33 and 64 ranks, roots 0, n-1 and
+ * one in the middle, counts from 0 to 300000 and several chunk sizes. Reduce is checked
+ * for every dtype and op against a reference in double, in-place at the root, and with
+ * non-root recvbuf either NULL or a sentinel that must survive; Broadcast checks that every
+ * rank gets the root's bytes and the root's buffer is unchanged. Bytes sent per rank are
+ * checked against each algorithm's formula.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sim_run.h"
+
+typedef hcclResult_t (*gen_fn_t)(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                 size_t chunk_bytes, hccl_plan_t **plan_p);
+
+typedef struct {
+    const char *name;
+    gen_fn_t gen;
+} gen_t;
+
+static const gen_t tree_bcast = {"tree broadcast", hccl_algo_tree_broadcast};
+static const gen_t chain_bcast = {"chain broadcast", hccl_algo_chain_broadcast};
+static const gen_t sag_bcast = {"scatter_allgather broadcast",
+                                hccl_algo_scatter_allgather_broadcast};
+static const gen_t tree_reduce = {"tree reduce", hccl_algo_tree_reduce};
+static const gen_t chain_reduce = {"chain reduce", hccl_algo_chain_reduce};
+
+static const int small_ranks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
+static const size_t chunk_sizes[] = {4096, 1u << 20, 100};
+
+static bool is_int(hcclDataType_t dt);
+static bool is_signed(hcclDataType_t dt);
+
+/* Input value of element i at rank r, small enough to be exact in every float type. */
+static double input_value(hcclDataType_t dt, hcclRedOp_t op, int r, size_t i, unsigned seed)
+{
+    unsigned h = ((unsigned)r * 7919u + (unsigned)i * 104729u) ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    if (op == hcclProd) {
+        static const double f[] = {1, -1, 2, 0.5};
+        double v = f[h % 4];
+        if (v == 2 && r >= 8)
+            v = 1; /* keep products inside fp16's range at 16 ranks */
+        if (is_int(dt))
+            v = (double)(h % 3) + (is_signed(dt) ? -1 : 1);
+        return v;
+    }
+    switch (dt) {
+    case hcclInt8: return (double)(int8_t)h;
+    case hcclUint8: return (double)(uint8_t)h;
+    case hcclInt32: return (double)(int32_t)h;
+    case hcclUint32: return (double)(uint32_t)h;
+    case hcclInt64: return (double)((int32_t)h) * 65536.0;
+    case hcclUint64: return (double)h * 65536.0;
+    default: return (double)((int)(h % 17) - 8);
+    }
+}
+
+static void store(void *buf, size_t i, hcclDataType_t dt, double v)
+{
+    switch (dt) {
+    case hcclInt8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case hcclUint8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case hcclInt32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case hcclUint32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case hcclInt64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case hcclUint64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case hcclFloat16: ((uint16_t *)buf)[i] = hccl_float_to_half((float)v); break;
+    case hcclBfloat16: ((uint16_t *)buf)[i] = hccl_float_to_bf16((float)v); break;
+    case hcclFloat32: ((float *)buf)[i] = (float)v; break;
+    case hcclFloat64: ((double *)buf)[i] = v; break;
+    default: break;
+    }
+}
+
+static double load(const void *buf, size_t i, hcclDataType_t dt)
+{
+    switch (dt) {
+    case hcclInt8: return ((const int8_t *)buf)[i];
+    case hcclUint8: return ((const uint8_t *)buf)[i];
+    case hcclInt32: return ((const int32_t *)buf)[i];
+    case hcclUint32: return ((const uint32_t *)buf)[i];
+    case hcclInt64: return (double)((const int64_t *)buf)[i];
+    case hcclUint64: return (double)((const uint64_t *)buf)[i];
+    case hcclFloat16: return hccl_half_to_float(((const uint16_t *)buf)[i]);
+    case hcclBfloat16: return hccl_bf16_to_float(((const uint16_t *)buf)[i]);
+    case hcclFloat32: return ((const float *)buf)[i];
+    case hcclFloat64: return ((const double *)buf)[i];
+    default: return 0;
+    }
+}
+
+static bool is_int(hcclDataType_t dt)
+{
+    return dt <= hcclUint64;
+}
+
+static unsigned bits_of(hcclDataType_t dt)
+{
+    return (unsigned)hccl_dtype_size(dt) * 8;
+}
+
+static bool is_signed(hcclDataType_t dt)
+{
+    return dt == hcclInt8 || dt == hcclInt32 || dt == hcclInt64;
+}
+
+/* Integer reference: arithmetic modulo 2^bits, then read back with the type's sign. */
+static double int_wrap(uint64_t v, hcclDataType_t dt)
+{
+    unsigned b = bits_of(dt);
+    uint64_t m = b == 64 ? v : v & ((1ull << b) - 1);
+    if (is_signed(dt) && b < 64 && (m >> (b - 1)))
+        return (double)(int64_t)(m | ~((1ull << b) - 1));
+    return is_signed(dt) ? (double)(int64_t)m : (double)m;
+}
+
+static double reference(hcclDataType_t dt, hcclRedOp_t op, int n, size_t i, unsigned seed)
+{
+    double acc = input_value(dt, op, 0, i, seed);
+
+    if (is_int(dt)) {
+        uint64_t u = (uint64_t)(int64_t)acc;
+        for (int r = 1; r < n; r++) {
+            double v = input_value(dt, op, r, i, seed);
+            uint64_t w = (uint64_t)(int64_t)v;
+            if (op == hcclSum || op == hcclAvg)
+                u += w;
+            else if (op == hcclProd)
+                u *= w;
+            else if (op == hcclMax)
+                acc = v > acc ? v : acc;
+            else
+                acc = v < acc ? v : acc;
+        }
+        if (op == hcclMax || op == hcclMin)
+            return acc;
+        acc = int_wrap(u, dt);
+        if (op == hcclAvg)
+            acc = is_signed(dt) ? (double)((int64_t)acc / n)
+                                : (double)((uint64_t)acc / (uint64_t)n);
+        return acc;
+    }
+    for (int r = 1; r < n; r++) {
+        double v = input_value(dt, op, r, i, seed);
+        if (op == hcclSum || op == hcclAvg)
+            acc += v;
+        else if (op == hcclProd)
+            acc *= v;
+        else if (op == hcclMax)
+            acc = v > acc ? v : acc;
+        else
+            acc = v < acc ? v : acc;
+    }
+    return op == hcclAvg ? acc / n : acc;
+}
+
+static double tolerance(hcclDataType_t dt, double ref)
+{
+    double rel = dt == hcclFloat16    ? 1e-3
+                 : dt == hcclBfloat16 ? 8e-3
+                 : dt == hcclFloat32  ? 1e-6
+                                      : 1e-12;
+    return fabs(ref) * rel + rel;
+}
+
+/* Roots 0, n-1 and one in the middle (fewer when n is small). */
+static int roots_of(int n, int *roots)
+{
+    int k = 0;
+
+    roots[k++] = 0;
+    if (n > 1)
+        roots[k++] = n - 1;
+    if (n > 2)
+        roots[k++] = n / 2;
+    return k;
+}
+
+static int lowbit(int v)
+{
+    return v & -v;
+}
+
+/* The buffer regions a step reads (up to 2) and writes (up to 1). */
+static int step_access(const hccl_step_t *s, hccl_bref_t *reads, hccl_bref_t *write)
+{
+    int nr = 0;
+
+    *write = hccl_bref(HCCL_NUM_SLOTS, 0);
+    if (s->kind == HCCL_STEP_SEND || s->kind == HCCL_STEP_COPY || s->kind == HCCL_STEP_REDUCE)
+        reads[nr++] = s->src;
+    if (s->kind == HCCL_STEP_REDUCE)
+        reads[nr++] = s->src2;
+    if (s->kind != HCCL_STEP_SEND)
+        *write = s->dst;
+    return nr;
+}
+
+/* SEND and RECV count as one buffer: a plan serves in-place calls too. */
+static bool overlap(hccl_bref_t a, hccl_bref_t b, size_t bytes_a, size_t bytes_b)
+{
+    bool same = a.slot == b.slot || (a.slot != HCCL_SLOT_SCRATCH && b.slot != HCCL_SLOT_SCRATCH);
+    return same && a.slot < HCCL_NUM_SLOTS && b.slot < HCCL_NUM_SLOTS && bytes_a && bytes_b &&
+           a.off < b.off + bytes_b && b.off < a.off + bytes_a;
+}
+
+/*
+ * Two steps of one plan that touch overlapping memory, one of them writing, must be ordered
+ * by the DAG (RAW, WAR, WAW): otherwise the result depends on timing the sim may never show.
+ * Two transfers with the same peer, direction and tag would be matched by chance.
+ * Ancestor sets as bitsets, filled in topological order.
+ */
+static void check_hazards(const char *name, const hccl_plan_t *p)
+{
+    uint32_t n = p->nsteps, words = (n + 63) / 64, *left, *order, head = 0, tail = 0;
+    uint64_t *anc;
+
+    if (n == 0 || n > 6000)
+        return;
+    anc = calloc((size_t)n * words, sizeof(*anc));
+    left = calloc(n, sizeof(*left));
+    order = calloc(n, sizeof(*order));
+    for (uint32_t i = 0; i < n; i++)
+        if ((left[i] = p->steps[i].ndeps) == 0)
+            order[tail++] = i;
+    while (head < tail) {
+        uint32_t i = order[head++];
+        for (uint32_t k = 0; k < p->steps[i].nsucc; k++) {
+            uint32_t j = p->succ[p->steps[i].succ_first + k];
+            for (uint32_t w = 0; w < words; w++)
+                anc[(size_t)j * words + w] |= anc[(size_t)i * words + w];
+            anc[(size_t)j * words + i / 64] |= 1ull << (i % 64);
+            if (--left[j] == 0)
+                order[tail++] = j;
+        }
+    }
+    assert_int_equal(tail, n);
+    for (uint32_t i = 0; i < n; i++) {
+        hccl_bref_t ri[2], wi, rj[2], wj;
+        int nri = step_access(&p->steps[i], ri, &wi);
+        for (uint32_t j = i + 1; j < n; j++) {
+            int nrj = step_access(&p->steps[j], rj, &wj);
+            size_t bi = p->steps[i].bytes, bj = p->steps[j].bytes;
+            bool conflict = overlap(wi, wj, bi, bj);
+            for (int a = 0; a < nrj; a++)
+                conflict = conflict || overlap(wi, rj[a], bi, bj);
+            for (int a = 0; a < nri; a++)
+                conflict = conflict || overlap(ri[a], wj, bi, bj);
+            if (p->steps[i].kind == p->steps[j].kind && p->steps[i].peer == p->steps[j].peer &&
+                p->steps[i].tag == p->steps[j].tag &&
+                (p->steps[i].kind == HCCL_STEP_SEND || p->steps[i].kind == HCCL_STEP_RECV))
+                fail_msg("%s rank %d/%d: steps %u and %u use the same peer and tag", name,
+                         p->rank, p->nranks, i, j);
+            if (conflict && !(anc[(size_t)j * words + i / 64] >> (i % 64) & 1) &&
+                !(anc[(size_t)i * words + j / 64] >> (j % 64) & 1))
+                fail_msg("%s rank %d/%d: steps %u and %u touch the same bytes unordered", name,
+                         p->rank, p->nranks, i, j);
+        }
+    }
+    free(anc);
+    free(left);
+    free(order);
+}
+
+/*
+ * Builds every rank's plan and checks what holds for all of them: no empty transfer (empty
+ * blocks and chunks produce no steps), no unordered hazard, and a Reduce plan touches RECV
+ * only at the root.
+ */
+static void build_plans(const gen_t *g, int n, const hccl_coll_shape_t *shape, size_t chunk,
+                        hccl_plan_t **plans)
+{
+    int lg = 0;
+
+    while ((1 << lg) < n)
+        lg++;
+    for (int r = 0; r < n; r++) {
+        hcclResult_t res = g->gen(r, n, shape, chunk, &plans[r]);
+        if (res != hcclSuccess)
+            fail_msg("%s n=%d root=%d count=%zu: rank %d plan failed: %d", g->name, n, shape->root,
+                     shape->count, r, (int)res);
+        for (uint32_t i = 0; i < plans[r]->nsteps; i++) {
+            const hccl_step_t *s = &plans[r]->steps[i];
+            bool xfer = s->kind == HCCL_STEP_SEND || s->kind == HCCL_STEP_RECV;
+            if (xfer && s->bytes == 0)
+                fail_msg("%s n=%d count=%zu: rank %d step %u moves 0 bytes", g->name, n,
+                         shape->count, r, i);
+            if (shape->coll == HCCL_COLL_REDUCE && r != shape->root &&
+                (s->dst.slot == HCCL_SLOT_RECV ||
+                 (s->kind != HCCL_STEP_RECV && s->src.slot == HCCL_SLOT_RECV) ||
+                 (s->kind == HCCL_STEP_REDUCE && s->src2.slot == HCCL_SLOT_RECV)))
+                fail_msg("%s n=%d: non-root rank %d step %u uses RECV", g->name, n, r, i);
+        }
+        /* At most 2^16 chunks (plus a tail per block), each a receive or reduce and a send per
+         * child or a receive, reduce and send per child. */
+        assert_true(plans[r]->nsteps <= ((1u << 16) + (uint32_t)n) * (2u + 2 * (uint32_t)lg));
+        check_hazards(g->name, plans[r]);
+    }
+}
+
+static void release_plans(int n, hccl_plan_t **plans)
+{
+    for (int r = 0; r < n; r++)
+        hccl_plan_release(plans[r]);
+}
+
+enum { IN_PLACE = 1, NULL_NONROOT = 2 };
+#define SENTINEL 0xA5
+
+static void check_reduce(const gen_t *g, int n, int root, size_t count, hcclDataType_t dt,
+                         hcclRedOp_t op, size_t chunk, unsigned flags)
+{
+    size_t esz = hccl_dtype_size(dt), bytes = count * esz;
+    unsigned seed = (unsigned)(count * 31 + (size_t)dt * 7 + (size_t)op + (size_t)root * 131);
+    hccl_coll_shape_t shape = {HCCL_COLL_REDUCE, count, dt, op, root, NULL};
+    hccl_plan_t *plans[64] = {0};
+    void *send[64], *recv[64], *orig[64];
+    unsigned char *sentinel = malloc(bytes + 1);
+    sim_result_t out;
+    hcclResult_t res;
+
+    memset(sentinel, SENTINEL, bytes + 1);
+    build_plans(g, n, &shape, chunk, plans);
+    for (int r = 0; r < n; r++) {
+        send[r] = malloc(bytes + 1);
+        orig[r] = malloc(bytes + 1);
+        for (size_t i = 0; i < count; i++)
+            store(send[r], i, dt, input_value(dt, op, r, i, seed));
+        memcpy(orig[r], send[r], bytes);
+        if (r == root && (flags & IN_PLACE))
+            recv[r] = send[r];
+        else if (r != root && (flags & NULL_NONROOT))
+            recv[r] = NULL;
+        else
+            recv[r] = memcpy(malloc(bytes + 1), sentinel, bytes + 1);
+    }
+    res = sim_run_plans(n, plans, send, recv, &out);
+    if (res != hcclSuccess)
+        fail_msg("%s n=%d root=%d count=%zu %s %s chunk=%zu flags=%u: result %d", g->name, n, root,
+                 count, hccl_dtype_name(dt), hccl_op_name(op), chunk, flags, (int)res);
+    for (size_t i = 0; i < count; i++) {
+        double want = reference(dt, op, n, i, seed), got = load(recv[root], i, dt);
+        bool ok = is_int(dt) ? got == want : fabs(got - want) <= tolerance(dt, want);
+        if (!ok)
+            fail_msg("%s n=%d root=%d count=%zu %s %s chunk=%zu flags=%u: element %zu is %.17g, "
+                     "want %.17g", g->name, n, root, count, hccl_dtype_name(dt), hccl_op_name(op),
+                     chunk, flags, i, got, want);
+    }
+    for (int r = 0; r < n; r++) {
+        if (r != root && recv[r] && memcmp(recv[r], sentinel, bytes + 1) != 0)
+            fail_msg("%s n=%d root=%d: non-root rank %d recvbuf was written", g->name, n, root, r);
+        if ((r != root || !(flags & IN_PLACE)) && memcmp(send[r], orig[r], bytes) != 0)
+            fail_msg("%s n=%d root=%d: rank %d sendbuf was written", g->name, n, root, r);
+        /* Tree and chain alike: every rank but the root sends the buffer once. */
+        assert_int_equal(out.bytes_sent[r], r == root ? 0 : bytes);
+    }
+    for (int r = 0; r < n; r++) {
+        if (recv[r] != send[r])
+            free(recv[r]);
+        free(send[r]);
+        free(orig[r]);
+    }
+    free(sentinel);
+    release_plans(n, plans);
+}
+
+/* Bytes of the blocks the scatter leaves at virtual rank w > 0: [w, w + lowbit(w)). */
+static uint64_t sag_range_bytes(int n, size_t count, size_t esz, int w)
+{
+    size_t first, len, total = 0;
+
+    for (int b = w; b < n && b < w + lowbit(w); b++) {
+        hccl_algo_block(count, n, b, &first, &len);
+        total += len;
+    }
+    return total * esz;
+}
+
+/*
+ * What each algorithm sends from rank r (virtual rank v). Tree: the buffer to each child.
+ * Chain: the buffer, except at the tail. Scatter+allgather: its children's subtree ranges,
+ * then in the ring everything its successor did not get from the scatter.
+ */
+static uint64_t bcast_bytes(const gen_t *g, int n, int root, size_t count, size_t esz, int r)
+{
+    int v = (r - root + n) % n, span = 1;
+    uint64_t bytes = (uint64_t)count * esz, sent = 0;
+
+    if (n == 1)
+        return 0;
+    if (g == &chain_bcast)
+        return v == n - 1 ? 0 : bytes;
+    if (v > 0)
+        span = lowbit(v);
+    else
+        while (span < n)
+            span <<= 1;
+    for (int m = 1; m < span && v + m < n; m <<= 1)
+        sent += g == &tree_bcast ? bytes : sag_range_bytes(n, count, esz, v + m);
+    if (g == &sag_bcast && v + 1 < n)
+        sent += bytes - sag_range_bytes(n, count, esz, v + 1);
+    return sent;
+}
+
+static void check_broadcast(const gen_t *g, int n, int root, size_t count, hcclDataType_t dt,
+                            size_t chunk)
+{
+    size_t esz = hccl_dtype_size(dt), bytes = count * esz;
+    unsigned seed = (unsigned)(count * 17 + (size_t)dt * 3 + (size_t)root);
+    hccl_coll_shape_t shape = {HCCL_COLL_BROADCAST, count, dt, hcclSum, root, NULL};
+    hccl_plan_t *plans[64] = {0};
+    void *buf[64];
+    unsigned char *want = malloc(bytes + 1);
+    sim_result_t out;
+    uint64_t total = 0;
+    hcclResult_t res;
+
+    build_plans(g, n, &shape, chunk, plans);
+    for (int r = 0; r < n; r++) {
+        buf[r] = malloc(bytes + 1);
+        if (r == root)
+            for (size_t i = 0; i < count; i++)
+                store(buf[r], i, dt, input_value(dt, hcclSum, r, i, seed));
+        else
+            memset(buf[r], 0x5A, bytes + 1);
+    }
+    memcpy(want, buf[root], bytes);
+    /* The API passes the one buffer as both sendbuf and recvbuf. */
+    res = sim_run_plans(n, plans, buf, buf, &out);
+    if (res != hcclSuccess)
+        fail_msg("%s n=%d root=%d count=%zu %s chunk=%zu: result %d", g->name, n, root, count,
+                 hccl_dtype_name(dt), chunk, (int)res);
+    for (int r = 0; r < n; r++) {
+        if (memcmp(buf[r], want, bytes) != 0)
+            fail_msg("%s n=%d root=%d count=%zu %s chunk=%zu: rank %d has the wrong data%s",
+                     g->name, n, root, count, hccl_dtype_name(dt), chunk, r,
+                     r == root ? " (the root's buffer changed)" : "");
+        if (out.bytes_sent[r] != bcast_bytes(g, n, root, count, esz, r))
+            fail_msg("%s n=%d root=%d count=%zu: rank %d sent %llu bytes, want %llu", g->name, n,
+                     root, count, r, (unsigned long long)out.bytes_sent[r],
+                     (unsigned long long)bcast_bytes(g, n, root, count, esz, r));
+        total += out.bytes_sent[r];
+    }
+    /* Every algorithm here delivers the buffer to each non-root rank exactly once. */
+    assert_int_equal(total, (uint64_t)(n - 1) * bytes);
+    for (int r = 0; r < n; r++)
+        free(buf[r]);
+    free(want);
+    release_plans(n, plans);
+}
+
+/*
+ * Reduce at 1-9 and 16 ranks: every dtype x op at every count and root. The variant (in-place
+ * at the root, NULL non-root recvbuf) and the chunk size rotate with the rank count, so each
+ * pair meets all of them.
+ */
+static void reduce_matrix(const gen_t *g)
+{
+    for (size_t j = 0; j < sizeof(small_ranks) / sizeof(small_ranks[0]); j++) {
+        int n = small_ranks[j], roots[3], nroots = roots_of(n, roots);
+        size_t counts[] = {0, 1, 1009, (size_t)n * 37 + 1};
+        for (int ri = 0; ri < nroots; ri++)
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+                for (int dt = 0; dt < hcclNumTypes; dt++)
+                    for (int op = 0; op < hcclNumOps; op++)
+                        check_reduce(g, n, roots[ri], counts[c], (hcclDataType_t)dt,
+                                     (hcclRedOp_t)op, chunk_sizes[(j + c + (size_t)op) % 3],
+                                     (unsigned)(j + c + (size_t)ri + (size_t)dt + (size_t)op) % 4);
+    }
+}
+
+/* 33 and 64 ranks: small counts and a handful of dtype/op pairs, every variant. */
+static void reduce_many_ranks(const gen_t *g)
+{
+    static const int big[] = {33, 64};
+    static const struct { hcclDataType_t dt; hcclRedOp_t op; } pairs[] = {
+        {hcclFloat32, hcclSum}, {hcclInt32, hcclAvg}, {hcclFloat16, hcclMax},
+        {hcclBfloat16, hcclMin}, {hcclInt8, hcclProd}, {hcclFloat64, hcclAvg},
+        {hcclUint64, hcclSum},
+    };
+    unsigned k = 0;
+
+    for (int j = 0; j < 2; j++) {
+        int n = big[j], roots[3], nroots = roots_of(n, roots);
+        size_t counts[] = {0, 1, (size_t)n - 1, 97, 300};
+        for (int ri = 0; ri < nroots; ri++)
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+                for (size_t pi = 0; pi < sizeof(pairs) / sizeof(pairs[0]); pi++, k++)
+                    check_reduce(g, n, roots[ri], counts[c], pairs[pi].dt, pairs[pi].op,
+                                 chunk_sizes[k % 3], k % 4);
+    }
+}
+
+/* Large buffers, many chunks: pipelining, both in-place and not at the root. */
+static void reduce_large(const gen_t *g)
+{
+    check_reduce(g, 3, 1, 300000, hcclFloat32, hcclSum, 4096, 0);
+    check_reduce(g, 8, 5, 300000, hcclInt32, hcclAvg, 4096, IN_PLACE | NULL_NONROOT);
+    check_reduce(g, 7, 0, 300000, hcclFloat64, hcclMax, 1u << 20, IN_PLACE);
+    check_reduce(g, 16, 15, 300001, hcclBfloat16, hcclSum, 1u << 20, NULL_NONROOT);
+}
+
+static void bcast_matrix(const gen_t *g)
+{
+    static const hcclDataType_t dts[] = {hcclInt8, hcclFloat16, hcclInt32, hcclFloat64};
+    static const int ranks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 64};
+    unsigned k = 0;
+
+    for (size_t j = 0; j < sizeof(ranks) / sizeof(ranks[0]); j++) {
+        int n = ranks[j], roots[3], nroots = roots_of(n, roots);
+        size_t counts[] = {0, 1, 5, (size_t)n - 1, (size_t)n * 37 + 1, n > 16 ? 300 : 1009};
+        for (int ri = 0; ri < nroots; ri++)
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+                for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++, k++)
+                    check_broadcast(g, n, roots[ri], counts[c], dts[d], chunk_sizes[k % 3]);
+    }
+    check_broadcast(g, 5, 2, 300000, hcclFloat32, 4096);
+    check_broadcast(g, 8, 7, 300000, hcclInt8, 4096);
+    check_broadcast(g, 16, 0, 300001, hcclFloat64, 1u << 20);
+    check_broadcast(g, 64, 33, 30011, hcclInt32, 4096);
+}
+
+static void test_tree_broadcast(void **state)
+{
+    (void)state;
+    bcast_matrix(&tree_bcast);
+}
+
+static void test_chain_broadcast(void **state)
+{
+    (void)state;
+    bcast_matrix(&chain_bcast);
+}
+
+static void test_scatter_allgather_broadcast(void **state)
+{
+    (void)state;
+    bcast_matrix(&sag_bcast);
+}
+
+static void test_tree_reduce(void **state)
+{
+    (void)state;
+    reduce_matrix(&tree_reduce);
+    reduce_many_ranks(&tree_reduce);
+    reduce_large(&tree_reduce);
+}
+
+static void test_chain_reduce(void **state)
+{
+    (void)state;
+    reduce_matrix(&chain_reduce);
+    reduce_many_ranks(&chain_reduce);
+    reduce_large(&chain_reduce);
+}
+
+/* One-byte chunks of a large buffer: the generators grow the chunks to bound the plan. */
+static void test_chunk_cap(void **state)
+{
+    (void)state;
+    check_broadcast(&tree_bcast, 4, 1, 300000, hcclInt8, 1);
+    check_broadcast(&chain_bcast, 4, 1, 300000, hcclInt8, 1);
+    check_broadcast(&sag_bcast, 4, 1, 300000, hcclInt8, 1);
+    check_reduce(&tree_reduce, 4, 1, 300000, hcclInt8, hcclSum, 1, IN_PLACE);
+    check_reduce(&chain_reduce, 4, 1, 300000, hcclInt8, hcclMax, 1, NULL_NONROOT);
+}
+
+/* count 0 accepts NULL buffers everywhere: the plans are empty. */
+static void test_count0_null_buffers(void **state)
+{
+    const gen_t *gens[] = {&tree_bcast, &chain_bcast, &sag_bcast, &tree_reduce, &chain_reduce};
+    (void)state;
+
+    for (size_t gi = 0; gi < sizeof(gens) / sizeof(gens[0]); gi++) {
+        for (int n = 1; n <= 9; n++) {
+            hccl_coll_shape_t shape = {gi < 3 ? HCCL_COLL_BROADCAST : HCCL_COLL_REDUCE, 0,
+                                       hcclFloat32, hcclSum, n / 2, NULL};
+            hccl_plan_t *plans[64] = {0};
+            void *none[64] = {0};
+            build_plans(gens[gi], n, &shape, 4096, plans);
+            for (int r = 0; r < n; r++)
+                assert_int_equal(plans[r]->nsteps, 0);
+            assert_int_equal(sim_run_plans(n, plans, none, none, NULL), hcclSuccess);
+            release_plans(n, plans);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tree_broadcast),
+        cmocka_unit_test(test_chain_broadcast),
+        cmocka_unit_test(test_scatter_allgather_broadcast),
+        cmocka_unit_test(test_tree_reduce),
+        cmocka_unit_test(test_chain_reduce),
+        cmocka_unit_test(test_chunk_cap),
+        cmocka_unit_test(test_count0_null_buffers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
