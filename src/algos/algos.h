@@ -63,6 +63,12 @@ hcclResult_t hccl_algo_ring_allreduce(int rank, int nranks, const hccl_coll_shap
 /* Recursive doubling AllReduce, with the fold step for non-powers of two. */
 hcclResult_t hccl_algo_recdbl_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
                                         hccl_plan_t **plan_p);
+/* Rabenseifner AllReduce: recursive-halving reduce-scatter, recursive-doubling all-gather. */
+hcclResult_t hccl_algo_rabenseifner_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                              size_t chunk_bytes, hccl_plan_t **plan_p);
+/* Binomial-tree AllReduce: reduce to rank 0, broadcast from it, pipelined in chunks. */
+hcclResult_t hccl_algo_tree_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      size_t chunk_bytes, hccl_plan_t **plan_p);
 
 /*
  * Generators of the other collectives (one file per family). Each builds rank's plan for
@@ -104,13 +110,36 @@ hcclResult_t hccl_algo_p2p(int rank, int nranks, const hccl_coll_shape_t *shape,
 /* Block b of n over count elements: [*first, *first + *len). */
 void hccl_algo_block(size_t count, int n, int b, size_t *first, size_t *len);
 
+/* ---- cost model (cost.c) ---- */
+
+typedef enum { HCCL_COST_SHM = 0, HCCL_COST_TCP, HCCL_NUM_COST_CLASSES } hccl_cost_class_t;
+
+typedef struct {
+    double alpha_us;          /* per message */
+    double beta_us_per_byte;  /* per byte on the wire */
+    double gamma_us_per_byte; /* per byte reduced */
+} hccl_cost_t;
+
+hccl_cost_t hccl_cost_default(hccl_cost_class_t cls);
+/* Estimated time (us) of algo for coll over bytes (shape->count * dtype size) on n ranks;
+ * INFINITY where algo does not apply. */
+double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t algo, size_t bytes,
+                          int n, size_t chunk_bytes);
+
 /* ---- tuner (tuner.c) ---- */
 
 typedef struct hccl_tuner {
     hccl_algo_t forced[HCCL_NUM_COLLS]; /* HCCL_ALGO, AUTO = not forced */
-    size_t small_bytes;                 /* at most this: latency-bound algorithm */
-    size_t chunk_bytes;                 /* pipelining granularity of ring */
+    size_t chunk_bytes;                 /* pipelining granularity */
+    hccl_cost_t model;                  /* of the slowest link class in the communicator */
+    hccl_cost_class_t cls;
 } hccl_tuner_t;
+
+/*
+ * Sets the model for the communicator's slowest link class; spec (HCCL_COST_MODEL,
+ * "alpha_us,GB/s,reduce_GB/s", "" = the class's defaults) overrides it.
+ */
+void hccl_tuner_set_model(hccl_tuner_t *t, hccl_cost_class_t cls, const char *spec);
 
 /* Parses HCCL_ALGO syntax ("ring", "allreduce=ring;..."); a bad entry warns and is ignored. */
 void hccl_tuner_init(hccl_tuner_t *t, const char *algo_spec, size_t buffsize);

@@ -2,6 +2,7 @@
  * The tuner: which generator builds each collective, by size and rank count,
  * unless HCCL_ALGO (or hcclConfig_t.algo) forces one.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -77,7 +78,7 @@ void hccl_tuner_init(hccl_tuner_t *t, const char *spec, size_t buffsize)
     char *save = NULL;
 
     memset(t, 0, sizeof(*t));
-    t->small_bytes = 64 << 10;
+    t->model = hccl_cost_default(HCCL_COST_SHM);
     t->chunk_bytes = buffsize / 8 >= 4096 ? buffsize / 8 : 4096;
     if (!spec || !*spec)
         return;
@@ -117,41 +118,45 @@ void hccl_tuner_init(hccl_tuner_t *t, const char *spec, size_t buffsize)
     }
 }
 
-static bool is_pow2(int n)
+void hccl_tuner_set_model(hccl_tuner_t *t, hccl_cost_class_t cls, const char *spec)
 {
-    return n > 0 && (n & (n - 1)) == 0;
+    double alpha, bw, redbw;
+
+    t->cls = cls;
+    t->model = hccl_cost_default(cls);
+    if (!spec || !*spec)
+        return;
+    if (sscanf(spec, "%lf,%lf,%lf", &alpha, &bw, &redbw) != 3 || alpha < 0 || bw <= 0 || redbw <= 0) {
+        HCCL_WARN("HCCL_COST_MODEL=%s is not 'alpha_us,GB/s,reduce_GB/s'; using the defaults", spec);
+        return;
+    }
+    t->model.alpha_us = alpha;
+    t->model.beta_us_per_byte = 1.0 / (bw * 1000.0);
+    t->model.gamma_us_per_byte = 1.0 / (redbw * 1000.0);
 }
 
-/*
- * Latency-bound sizes take the algorithms with log(n) rounds, bandwidth-bound
- * sizes the ones that send each byte the fewest times. The thresholds are
- * first guesses, to be replaced by the cost model.
- */
+/* The cheapest algorithm of the collective under the model; ties go to the earlier one. */
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
 {
-    size_t esz = hccl_dtype_size(shape->dtype), bytes = shape->count * esz;
-    bool small = bytes <= t->small_bytes;
+    size_t bytes = shape->count * hccl_dtype_size(shape->dtype);
+    hccl_algo_t best = HCCL_ALGO_AUTO;
+    double best_cost = INFINITY;
 
-    if ((unsigned)shape->coll < HCCL_NUM_COLLS && t->forced[shape->coll] != HCCL_ALGO_AUTO)
+    if ((unsigned)shape->coll >= HCCL_NUM_COLLS)
+        return HCCL_ALGO_AUTO;
+    if (t->forced[shape->coll] != HCCL_ALGO_AUTO)
         return t->forced[shape->coll];
-    switch (shape->coll) {
-    case HCCL_COLL_ALLREDUCE: return small ? HCCL_ALGO_RECDBL : HCCL_ALGO_RING;
-    case HCCL_COLL_BROADCAST:
-        if (small || nranks <= 2)
-            return small ? HCCL_ALGO_TREE : HCCL_ALGO_CHAIN;
-        return HCCL_ALGO_SCATTER_ALLGATHER;
-    case HCCL_COLL_REDUCE: return small ? HCCL_ALGO_TREE : HCCL_ALGO_CHAIN;
-    case HCCL_COLL_ALLGATHER:
-        if (bytes * (size_t)nranks > t->small_bytes)
-            return HCCL_ALGO_RING;
-        return is_pow2(nranks) ? HCCL_ALGO_RECDBL : HCCL_ALGO_BRUCK;
-    case HCCL_COLL_REDUCESCATTER:
-        return bytes * (size_t)nranks <= t->small_bytes ? HCCL_ALGO_RECHALV : HCCL_ALGO_RING;
-    case HCCL_COLL_ALLTOALL: return bytes <= 256 && nranks > 2 ? HCCL_ALGO_BRUCK : HCCL_ALGO_PAIRWISE;
-    case HCCL_COLL_ALLTOALLV: return HCCL_ALGO_PAIRWISE;
-    case HCCL_COLL_BARRIER: return HCCL_ALGO_DISSEMINATION;
-    default: return HCCL_ALGO_AUTO;
+    for (int a = 1; a < HCCL_NUM_ALGOS; a++) {
+        double cost;
+        if (!hccl_algo_applies(shape->coll, (hccl_algo_t)a))
+            continue;
+        cost = hccl_cost_estimate(&t->model, shape->coll, (hccl_algo_t)a, bytes, nranks, t->chunk_bytes);
+        if (best == HCCL_ALGO_AUTO || cost < best_cost) {
+            best = (hccl_algo_t)a;
+            best_cost = cost;
+        }
     }
+    return best;
 }
 
 hcclResult_t hccl_algo_build(const hccl_tuner_t *t, hccl_algo_t algo, int rank, int nranks,

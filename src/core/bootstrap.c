@@ -192,7 +192,7 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
             continue;
         if (rt->hellos[r].card.config_hash != h->card.config_hash) {
             snprintf(msg, sizeof(msg), "ranks %d and %d were started with different HCCL_ALGO, "
-                     "HCCL_BUFFSIZE or HCCL_CHECK settings (or hcclConfig_t.algo); they shape every "
+                     "HCCL_BUFFSIZE, HCCL_CHECK or HCCL_COST_MODEL settings (or hcclConfig_t.algo); they shape every "
                      "collective and must be the same on all ranks", r, h->rank);
             root_fail(rt, hcclInvalidUsage, msg);
         }

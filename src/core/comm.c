@@ -150,7 +150,10 @@ static uint64_t config_hash(const hccl_params_t *p)
         h = (h ^ b[i]) * 1099511628211ull;
     for (size_t i = 0; i < sizeof(p->buffsize); i++)
         h = (h ^ ((p->buffsize >> (8 * i)) & 0xff)) * 1099511628211ull;
-    return (h ^ (uint64_t)p->check) * 1099511628211ull;
+    h = (h ^ (uint64_t)p->check) * 1099511628211ull;
+    for (size_t i = 0; p->cost_model[i]; i++)
+        h = (h ^ (unsigned char)p->cost_model[i]) * 1099511628211ull;
+    return h;
 }
 
 static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *id, int rank,
@@ -209,6 +212,9 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     HCCL_CHECK_GOTO(hccl_exec_create(comm->reactor, rank, nranks, comm->conns, &comm->exec), res, err_free);
     HCCL_CHECK_GOTO(hccl_plan_cache_create(HCCL_PLAN_CACHE_SIZE, &comm->plans), res, err_free);
     hccl_tuner_init(&comm->tuner, comm->params.algo, comm->params.buffsize);
+    hccl_tuner_set_model(&comm->tuner, hccl_topo_cost_class(comm->cards, nranks),
+                         comm->params.cost_model);
+    hccl_topo_report(comm);
     HCCL_CHECK_GOTO(hccl_reactor_start(comm->reactor), res, err_free);
     HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d ready (communicator %016llx, host %s)", rank, nranks,
               (unsigned long long)bs.comm_id, card.host);

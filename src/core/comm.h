@@ -49,6 +49,11 @@ void hccl_id_from_addr(hccl_id_t *id, const hccl_sockaddr_t *addr);
 void hccl_topo_host_id(const hccl_params_t *p, char *out, size_t len);
 /* The link id used between rank and peer, or -1. */
 int hccl_topo_pick_link(const hccl_card_t *me, const hccl_card_t *peer);
+/* The slowest link class between any two ranks: what the tuner's model describes. */
+hccl_cost_class_t hccl_topo_cost_class(const hccl_card_t *cards, int nranks);
+struct hcclComm;
+/* Logs the tuner's picks at INFO (rank 0) and writes HCCL_TOPO_DUMP as JSON. */
+void hccl_topo_report(const struct hcclComm *comm);
 
 struct hcclComm {
     uint32_t magic;

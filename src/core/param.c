@@ -18,12 +18,13 @@ static const char *const known_vars[] = {
     "HCCL_BUFFSIZE",     "HCCL_LINKS",         "HCCL_SOCKET_IFNAME", "HCCL_NSOCKS",
     "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
+    "HCCL_COST_MODEL",
 };
 
 /* Names of the API that this version does not act on yet: setting one warns instead of
  * silently doing nothing. */
 static const char *const unsupported_vars[] = {
-    "HCCL_TOPO_DUMP", "HCCL_RANK_TABLE", "HCCL_DUMP_ON_SIGNAL", "HCCL_FAULT",
+    "HCCL_RANK_TABLE", "HCCL_DUMP_ON_SIGNAL", "HCCL_FAULT",
 };
 
 #define HCCL_DEFAULT_CONNECT_TIMEOUT_S 120
@@ -165,6 +166,8 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     env_string("HCCL_LINKS", p->links, sizeof(p->links));
     env_string("HCCL_SOCKET_IFNAME", p->ifname, sizeof(p->ifname));
     env_string("HCCL_HOST_ID", p->host_id, sizeof(p->host_id));
+    env_string("HCCL_COST_MODEL", p->cost_model, sizeof(p->cost_model));
+    env_string("HCCL_TOPO_DUMP", p->topo_dump, sizeof(p->topo_dump));
 
     if (config) {
         if (config->size < sizeof(size_t) || config->size > (1u << 16))

@@ -1,4 +1,5 @@
 /* Topology: which ranks share a host, and which link joins each pair. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -49,4 +50,113 @@ int hccl_topo_pick_link(const hccl_card_t *me, const hccl_card_t *peer)
             return id;
     }
     return -1;
+}
+
+hccl_cost_class_t hccl_topo_cost_class(const hccl_card_t *cards, int nranks)
+{
+    for (int i = 0; i < nranks; i++)
+        for (int j = i + 1; j < nranks; j++)
+            if (hccl_topo_pick_link(&cards[i], &cards[j]) == HCCL_LINK_TCP)
+                return HCCL_COST_TCP;
+    return HCCL_COST_SHM;
+}
+
+static const size_t report_sizes[] = {8, 64 << 10, 1 << 20, 64 << 20};
+
+/* The collectives whose pick depends on size (AlltoAllv and Barrier have one algorithm). */
+static const hccl_coll_t report_colls[] = {
+    HCCL_COLL_ALLREDUCE, HCCL_COLL_BROADCAST, HCCL_COLL_REDUCE, HCCL_COLL_ALLGATHER,
+    HCCL_COLL_REDUCESCATTER, HCCL_COLL_ALLTOALL,
+};
+
+static hccl_algo_t pick_for(const struct hcclComm *comm, hccl_coll_t coll, size_t bytes)
+{
+    hccl_coll_shape_t shape = {coll, bytes, hcclUint8, hcclSum, 0, NULL};
+
+    return hccl_tuner_pick(&comm->tuner, &shape, comm->nranks);
+}
+
+static void expand_rank(const char *pat, int rank, char *out, size_t len)
+{
+    size_t o = 0;
+
+    for (const char *p = pat; *p && o + 1 < len; p++) {
+        if (p[0] == '%' && p[1] == 'r') {
+            int w = snprintf(out + o, len - o, "%d", rank);
+            o += w > 0 && (size_t)w < len - o ? (size_t)w : 0;
+            p++;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
+static void topo_write_json(const struct hcclComm *comm, FILE *f)
+{
+    const hccl_cost_t *m = &comm->tuner.model;
+    bool first_host = true;
+
+    fprintf(f, "{\n  \"nranks\": %d,\n  \"rank\": %d,\n  \"hosts\": [", comm->nranks, comm->rank);
+    for (int r = 0; r < comm->nranks; r++) {
+        bool seen = false;
+        for (int q = 0; q < r && !seen; q++)
+            seen = strcmp(comm->cards[q].host, comm->cards[r].host) == 0;
+        if (seen)
+            continue;
+        fprintf(f, "%s\n    {\"host\": \"%s\", \"ranks\": [", first_host ? "" : ",", comm->cards[r].host);
+        for (int q = r, n = 0; q < comm->nranks; q++)
+            if (strcmp(comm->cards[q].host, comm->cards[r].host) == 0)
+                fprintf(f, "%s%d", n++ ? ", " : "", q);
+        fprintf(f, "]}");
+        first_host = false;
+    }
+    fprintf(f, "\n  ],\n  \"links\": {");
+    for (int r = 0; r < comm->nranks; r++) {
+        int id = r == comm->rank ? -1 : comm->link_of[r];
+        fprintf(f, "%s\"%d\": \"%s\"", r ? ", " : "", r, id < 0 ? "self" : hccl_link_by_id(id)->name);
+    }
+    fprintf(f, "},\n  \"cost_model\": {\"class\": \"%s\", \"alpha_us\": %.3f, \"bandwidth_GBps\": %.3f, "
+               "\"reduce_GBps\": %.3f},\n  \"chunk_bytes\": %zu,\n  \"algorithms\": {",
+            comm->tuner.cls == HCCL_COST_TCP ? "tcp" : "shm", m->alpha_us,
+            1.0 / m->beta_us_per_byte / 1000.0, 1.0 / m->gamma_us_per_byte / 1000.0,
+            comm->tuner.chunk_bytes);
+    for (size_t c = 0; c < sizeof(report_colls) / sizeof(report_colls[0]); c++) {
+        fprintf(f, "%s\n    \"%s\": {", c ? "," : "", hccl_coll_name(report_colls[c]));
+        for (size_t s = 0; s < sizeof(report_sizes) / sizeof(report_sizes[0]); s++)
+            fprintf(f, "%s\"%zu\": \"%s\"", s ? ", " : "", report_sizes[s],
+                    hccl_algo_name(pick_for(comm, report_colls[c], report_sizes[s])));
+        fprintf(f, "}");
+    }
+    fprintf(f, "\n  }\n}\n");
+}
+
+void hccl_topo_report(const struct hcclComm *comm)
+{
+    char path[300];
+    FILE *f;
+
+    if (comm->rank == 0 && HCCL_LOG_ENABLED(HCCL_LOG_INFO, HCCL_SUB_ALGO)) {
+        for (size_t c = 0; c < sizeof(report_colls) / sizeof(report_colls[0]); c++)
+            HCCL_INFO(HCCL_SUB_ALGO, "tuner (%s model, %d ranks): %s 8 B %s, 64 KiB %s, 1 MiB %s, 64 MiB %s",
+                      comm->tuner.cls == HCCL_COST_TCP ? "tcp" : "shm", comm->nranks,
+                      hccl_coll_name(report_colls[c]), hccl_algo_name(pick_for(comm, report_colls[c], 8)),
+                      hccl_algo_name(pick_for(comm, report_colls[c], 64 << 10)),
+                      hccl_algo_name(pick_for(comm, report_colls[c], 1 << 20)),
+                      hccl_algo_name(pick_for(comm, report_colls[c], 64 << 20)));
+    }
+    if (!comm->params.topo_dump[0])
+        return;
+    /* One file per rank when the path says so (%r), else rank 0 writes it. */
+    if (!strstr(comm->params.topo_dump, "%r") && comm->rank != 0)
+        return;
+    expand_rank(comm->params.topo_dump, comm->rank, path, sizeof(path));
+    f = fopen(path, "w");
+    if (!f) {
+        HCCL_WARN("HCCL_TOPO_DUMP: cannot write %s: %s", path, strerror(errno));
+        return;
+    }
+    topo_write_json(comm, f);
+    fclose(f);
+    HCCL_INFO(HCCL_SUB_INIT, "topology written to %s", path);
 }

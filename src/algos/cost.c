@@ -1,0 +1,121 @@
+/*
+ * The alpha-beta-gamma cost model the tuner minimises: alpha is the cost of
+ * one message (us), beta of one byte on the wire, gamma of one byte reduced.
+ * Each formula is the critical path of the algorithm as generated here
+ * (pipelined ones in chunks), so the pick follows the plans, not a textbook.
+ */
+#include <math.h>
+
+#include "algos/algos.h"
+
+static const hccl_cost_t default_models[] = {
+    /* shm: an eventfd wake-up per message dominates alpha (~30 us on a busy 2-core host). */
+    [HCCL_COST_SHM] = {.alpha_us = 30.0, .beta_us_per_byte = 1.0 / 2500.0, .gamma_us_per_byte = 1.0 / 5000.0},
+    /* tcp: a syscall pair and a wake-up per message, a loopback or NIC stream per byte. */
+    [HCCL_COST_TCP] = {.alpha_us = 50.0, .beta_us_per_byte = 1.0 / 1200.0, .gamma_us_per_byte = 1.0 / 5000.0},
+};
+
+hccl_cost_t hccl_cost_default(hccl_cost_class_t cls)
+{
+    return default_models[cls];
+}
+
+static double log2_ceil(int n)
+{
+    int k = 0;
+
+    while ((1 << k) < n)
+        k++;
+    return k;
+}
+
+static double log2_floor(int n)
+{
+    int k = 0;
+
+    while ((2 << k) <= n)
+        k++;
+    return k;
+}
+
+/* The chunks a pipelined algorithm cuts m bytes into. */
+static double chunks(double m, size_t chunk)
+{
+    double k = chunk ? ceil(m / (double)chunk) : 1;
+
+    return k < 1 ? 1 : k;
+}
+
+/* A binomial tree: the root sends every chunk to each of its ceil(log2 n) children in turn,
+ * so it is the bottleneck: k * lg stages of one chunk. */
+static double tree(const hccl_cost_t *c, double lg, double m, size_t chunk, double per_byte)
+{
+    double k = chunks(m, chunk);
+
+    return k * lg * (c->alpha_us + m / k * per_byte);
+}
+
+/* Messages and bytes of a pipeline of depth d over m bytes cut into chunks. */
+static double pipeline(const hccl_cost_t *c, double depth, double m, size_t chunk, double per_byte)
+{
+    double k = chunks(m, chunk);
+
+    return (depth + k - 1) * (c->alpha_us + m / k * per_byte);
+}
+
+double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t algo, size_t bytes,
+                          int n, size_t chunk)
+{
+    double m = (double)bytes, a = c->alpha_us, b = c->beta_us_per_byte, g = c->gamma_us_per_byte;
+    double p = pow(2.0, log2_floor(n)), fold = p < n ? 2 * (a + m * b) : 0;
+    double lg = log2_ceil(n), nn = n;
+
+    if (n <= 1)
+        return 0;
+    switch (coll) {
+    case HCCL_COLL_ALLREDUCE:
+        if (algo == HCCL_ALGO_RING)
+            return 2 * (nn - 1) * a + 2 * (nn - 1) / nn * m * b + (nn - 1) / nn * m * g;
+        if (algo == HCCL_ALGO_RECDBL)
+            return log2_floor(n) * (a + m * b + m * g) + fold;
+        break;
+    case HCCL_COLL_BROADCAST:
+        if (algo == HCCL_ALGO_TREE)
+            return tree(c, lg, m, chunk, b);
+        if (algo == HCCL_ALGO_CHAIN)
+            return pipeline(c, nn - 1, m, chunk, b);
+        if (algo == HCCL_ALGO_SCATTER_ALLGATHER)
+            return lg * a + (nn - 1) / nn * m * b + (nn - 1) * (a + m / nn * b);
+        break;
+    case HCCL_COLL_REDUCE:
+        if (algo == HCCL_ALGO_TREE)
+            return tree(c, lg, m, chunk, b + g);
+        if (algo == HCCL_ALGO_CHAIN)
+            return pipeline(c, nn - 1, m, chunk, b + g);
+        break;
+    case HCCL_COLL_ALLGATHER: /* m = one rank's block; the result is n blocks */
+        if (algo == HCCL_ALGO_RING)
+            return (nn - 1) * (a + m * b);
+        if (algo == HCCL_ALGO_RECDBL || algo == HCCL_ALGO_BRUCK)
+            return lg * a + (nn - 1) * m * b + (algo == HCCL_ALGO_BRUCK ? nn * m * b / 4 : 0);
+        break;
+    case HCCL_COLL_REDUCESCATTER: /* m = one rank's block */
+        if (algo == HCCL_ALGO_RING)
+            return (nn - 1) * (a + m * (b + g));
+        if (algo == HCCL_ALGO_RECHALV)
+            return log2_floor(n) * a + (nn - 1) * m * (b + g) + (p < n ? 2 * (a + nn * m * b) : 0);
+        break;
+    case HCCL_COLL_ALLTOALL: /* m = one block */
+        if (algo == HCCL_ALGO_PAIRWISE)
+            return (nn - 1) * (a + m * b);
+        if (algo == HCCL_ALGO_BRUCK) /* half the blocks per round, plus packing copies */
+            return lg * (a + nn / 2 * m * b) + 2 * nn * m * b / 4;
+        break;
+    case HCCL_COLL_ALLTOALLV:
+    case HCCL_COLL_BARRIER:
+        return lg * a;
+    default:
+        break;
+    }
+    return INFINITY;
+}
