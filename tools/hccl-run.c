@@ -1,6 +1,9 @@
 /*
  * hccl-run: starts N ranks of a program on this host with the environment
  * hcclCommInitFromEnv expects, and makes sure none of them outlives it.
+ * For a job over several hosts, one hccl-run per host starts that host's
+ * share of the ranks (--world-size, --rank-offset) and all of them meet at
+ * one rendezvous (--comm-id).
  *
  * One thread, one poll loop. The signals we care about (SIGCHLD and the
  * ones we forward) stay blocked and are read from a signalfd, so child
@@ -60,8 +63,11 @@ struct run_rank {
 };
 
 struct run_opts {
-    int nranks;
-    double timeout_s; /* 0: none */
+    int nranks;          /* ranks started here */
+    int world_size;      /* ranks in the whole job; 0 until parsed: then nranks */
+    int rank_offset;     /* global rank of our first rank */
+    const char *comm_id; /* --comm-id, borrowed from argv; NULL: none */
+    double timeout_s;    /* 0: none */
     bool tag_output;
     char **argv; /* program and its arguments, borrowed from main's argv */
 };
@@ -88,15 +94,29 @@ struct launcher {
 };
 
 static const char usage_text[] =
-    "usage: hccl-run -n N [--timeout S] [--tag-output] [--] PROGRAM [ARGS...]\n"
+    "usage: hccl-run -n N [--world-size W [--rank-offset K]] [--comm-id HOST:PORT]\n"
+    "                [--timeout S] [--tag-output] [--] PROGRAM [ARGS...]\n"
     "Starts N ranks of PROGRAM on this host.\n"
-    "  -n N           number of ranks (1 or more)\n"
-    "  --timeout S    stop all ranks after S seconds (fractions allowed); exit 124\n"
-    "  --tag-output   prefix each line of output with \"[rank]: \"\n"
-    "  -h, --help     show this text\n"
-    "Each rank gets RANK_ID, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and,\n"
-    "unless already set, HCCL_COMM_ID (127.0.0.1 and a free port),\n"
-    "HCCL_COMM_SECRET (random) and HCCL_SOCKET_IFNAME=lo.\n"
+    "  -n N               number of ranks started here (1 or more)\n"
+    "  --world-size W     ranks in the whole job, over all hosts (default N)\n"
+    "  --rank-offset K    global rank of the first rank started here (default 0;\n"
+    "                     needs --world-size); K + N must not exceed W\n"
+    "  --comm-id H:P      rendezvous address, set as HCCL_COMM_ID; rank 0's host\n"
+    "                     must own H\n"
+    "  --timeout S        stop all ranks after S seconds (fractions allowed); exit 124\n"
+    "  --tag-output       prefix each line of output with \"[rank]: \" (global rank)\n"
+    "  -h, --help         show this text\n"
+    "Rank i started here gets RANK_ID=RANK=K+i, LOCAL_RANK=i, WORLD_SIZE=W and\n"
+    "LOCAL_WORLD_SIZE=N. Unless set already (or by --comm-id), HCCL_COMM_ID is\n"
+    "127.0.0.1 and a free port, and then HCCL_SOCKET_IFNAME defaults to lo; with\n"
+    "HCCL_COMM_ID given explicitly, HCCL_SOCKET_IFNAME is left alone (the\n"
+    "library then picks the first non-loopback interface that is up; set it to\n"
+    "the interface the hosts share). HCCL_COMM_SECRET, unless set, is random;\n"
+    "a job over several hosts (W > N) needs --comm-id or HCCL_COMM_ID, and the\n"
+    "same HCCL_COMM_SECRET set on every host (without one, the rendezvous is\n"
+    "not authenticated). One hccl-run per host, for example:\n"
+    "  host a: hccl-run -n 2 --world-size 4 --comm-id a:29500 ./prog\n"
+    "  host b: hccl-run -n 2 --world-size 4 --rank-offset 2 --comm-id a:29500 ./prog\n"
     "When a rank fails, the others get HCCL_RUN_GRACE_S seconds (default 3) to\n"
     "exit before they are terminated. SIGINT, SIGTERM and SIGHUP are forwarded.\n"
     "Exit status: 0 if every rank exited 0, 124 on timeout, 128+n after a\n"
@@ -123,27 +143,129 @@ static bool parse_seconds(const char *s, bool allow_zero, double *out_p)
     return true;
 }
 
-static bool parse_nranks(const char *s, int *out_p)
+/* A whole decimal number in [min, max]. */
+static bool parse_int(const char *s, long min, long max, int *out_p)
 {
     char *end;
     long v;
 
     errno = 0;
     v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < 1 || v > RUN_MAX_RANKS)
+    if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
         return false;
     *out_p = (int)v;
+    return true;
+}
+
+/* HOST:PORT or [V6HOST]:PORT; only the shape is checked, the library resolves it. */
+static bool comm_id_is_valid(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    int port;
+
+    return colon != NULL && colon != s && parse_int(colon + 1, 1, 65535, &port);
+}
+
+/* The options that take a value, as "--opt V" or "--opt=V" (and "-nV"). */
+static const char *const value_opts[] = {
+    "-n", "--timeout", "--world-size", "--rank-offset", "--comm-id",
+};
+
+/* Splits argv[*i] into option name and value; NULL if it is none of value_opts. */
+static const char *split_value_opt(int argc, char **argv, int *i, const char **val_p)
+{
+    const char *a = argv[*i];
+
+    for (size_t k = 0; k < sizeof(value_opts) / sizeof(value_opts[0]); k++) {
+        const char *name = value_opts[k];
+        size_t len = strlen(name);
+
+        if (strcmp(a, name) == 0) {
+            *val_p = *i + 1 < argc ? argv[++*i] : NULL;
+            return name;
+        }
+        if (strncmp(a, name, len) == 0 && a[len] == '=' && name[1] == '-') {
+            *val_p = a + len + 1;
+            return name;
+        }
+    }
+    if (strncmp(a, "-n", 2) == 0) {
+        *val_p = a + 2; /* -n4 */
+        return "-n";
+    }
+    return NULL;
+}
+
+/* Stores one option's value; false (message printed) if it is not valid. */
+static bool set_value_opt(struct run_opts *o, const char *name, const char *val)
+{
+    if (strcmp(name, "-n") == 0) {
+        if (parse_int(val, 1, RUN_MAX_RANKS, &o->nranks))
+            return true;
+        fprintf(stderr, "hccl-run: -n wants a rank count from 1 to %d, not '%s'\n", RUN_MAX_RANKS,
+                val);
+    } else if (strcmp(name, "--world-size") == 0) {
+        if (parse_int(val, 1, RUN_MAX_RANKS, &o->world_size))
+            return true;
+        fprintf(stderr, "hccl-run: --world-size wants a rank count from 1 to %d, not '%s'\n",
+                RUN_MAX_RANKS, val);
+    } else if (strcmp(name, "--rank-offset") == 0) {
+        if (parse_int(val, 0, RUN_MAX_RANKS - 1, &o->rank_offset))
+            return true;
+        fprintf(stderr, "hccl-run: --rank-offset wants a rank from 0 to %d, not '%s'\n",
+                RUN_MAX_RANKS - 1, val);
+    } else if (strcmp(name, "--comm-id") == 0) {
+        o->comm_id = val;
+        if (comm_id_is_valid(val))
+            return true;
+        fprintf(stderr, "hccl-run: --comm-id wants HOST:PORT, not '%s'\n", val);
+    } else {
+        if (parse_seconds(val, false, &o->timeout_s))
+            return true;
+        fprintf(stderr, "hccl-run: --timeout wants a positive number of seconds, not '%s'\n",
+                val);
+    }
+    return false;
+}
+
+/* The options together; false (message printed) if they do not fit. */
+static bool check_opts(struct run_opts *o, bool have_offset)
+{
+    if (o->nranks == 0) {
+        fputs("hccl-run: -n N is required\n", stderr);
+        return false;
+    }
+    if (have_offset && o->world_size == 0) {
+        fputs("hccl-run: --rank-offset needs --world-size\n", stderr);
+        return false;
+    }
+    if (o->world_size == 0)
+        o->world_size = o->nranks;
+    if ((long)o->rank_offset + o->nranks > o->world_size) {
+        fprintf(stderr, "hccl-run: ranks %d to %d do not fit in a world of %d\n", o->rank_offset,
+                o->rank_offset + o->nranks - 1, o->world_size);
+        return false;
+    }
+    /* The other launchers could never find a port we make up. */
+    if (o->world_size > o->nranks && o->comm_id == NULL && getenv("HCCL_COMM_ID") == NULL) {
+        fputs("hccl-run: a job over several launchers (--world-size larger than -n) needs\n"
+              "  --comm-id HOST:PORT or HCCL_COMM_ID, the same for all of them\n",
+              stderr);
+        return false;
+    }
     return true;
 }
 
 /* Returns 0 to run, 1 after --help, 2 on bad usage (message already printed). */
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
+    bool have_offset = false;
     int i;
 
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         const char *val = NULL;
+        const char *name;
 
         if (strcmp(a, "--") == 0) {
             i++;
@@ -157,37 +279,22 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             o->tag_output = true;
             continue;
         }
-        if (strcmp(a, "-n") == 0 || strcmp(a, "--timeout") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "hccl-run: %s needs a value\n", a);
-                goto bad;
-            }
-            val = argv[++i];
-        } else if (strncmp(a, "-n", 2) == 0) {
-            val = a + 2; /* -n4 */
-            a = "-n";
-        } else if (strncmp(a, "--timeout=", 10) == 0) {
-            val = a + 10;
-            a = "--timeout";
-        } else {
+        name = split_value_opt(argc, argv, &i, &val);
+        if (name == NULL) {
             fprintf(stderr, "hccl-run: unknown option %s\n", a);
             goto bad;
         }
-        if (strcmp(a, "-n") == 0 && !parse_nranks(val, &o->nranks)) {
-            fprintf(stderr, "hccl-run: -n wants a rank count from 1 to %d, not '%s'\n",
-                    RUN_MAX_RANKS, val);
+        if (val == NULL) {
+            fprintf(stderr, "hccl-run: %s needs a value\n", name);
             goto bad;
         }
-        if (strcmp(a, "--timeout") == 0 && !parse_seconds(val, false, &o->timeout_s)) {
-            fprintf(stderr, "hccl-run: --timeout wants a positive number of seconds, not '%s'\n",
-                    val);
+        if (!set_value_opt(o, name, val))
             goto bad;
-        }
+        if (strcmp(name, "--rank-offset") == 0)
+            have_offset = true;
     }
-    if (o->nranks == 0) {
-        fputs("hccl-run: -n N is required\n", stderr);
+    if (!check_opts(o, have_offset))
         goto bad;
-    }
     if (i >= argc) {
         fputs("hccl-run: no program given\n", stderr);
         goto bad;
@@ -264,9 +371,12 @@ static int make_secret(char hex[2 * RUN_SECRET_BYTES + 1])
 /* What every rank shares goes into our own environment before the forks. */
 static int setup_env(const struct launcher *l)
 {
+    const struct run_opts *o = &l->opts;
     char buf[64];
     int port;
 
+    if (o->comm_id != NULL && setenv("HCCL_COMM_ID", o->comm_id, 1) != 0)
+        goto err_setenv;
     if (getenv("HCCL_COMM_ID") == NULL) {
         if (pick_free_port(&port) != 0) {
             fprintf(stderr, "hccl-run: cannot pick a rendezvous port on 127.0.0.1: %s\n",
@@ -276,20 +386,27 @@ static int setup_env(const struct launcher *l)
         snprintf(buf, sizeof(buf), "127.0.0.1:%d", port);
         if (setenv("HCCL_COMM_ID", buf, 1) != 0)
             goto err_setenv;
+        /* Our own loopback rendezvous: the ranks only ever talk over loopback. */
+        if (setenv("HCCL_SOCKET_IFNAME", "lo", 0) != 0)
+            goto err_setenv;
     }
-    if (getenv("HCCL_COMM_SECRET") == NULL) {
+    /* Only we would know a secret we make up: fine for our ranks, not for other hosts'. */
+    if (getenv("HCCL_COMM_SECRET") == NULL && o->world_size == o->nranks) {
         if (make_secret(buf) != 0) {
             fprintf(stderr, "hccl-run: getrandom: %s\n", strerror(errno));
             return -1;
         }
         if (setenv("HCCL_COMM_SECRET", buf, 1) != 0)
             goto err_setenv;
+    } else if (getenv("HCCL_COMM_SECRET") == NULL) {
+        fprintf(stderr, "hccl-run: HCCL_COMM_SECRET is not set: the rendezvous at %s is not "
+                "authenticated\n", getenv("HCCL_COMM_ID"));
     }
-    /* One host: the ranks only ever talk over loopback. */
-    if (setenv("HCCL_SOCKET_IFNAME", "lo", 0) != 0)
+    snprintf(buf, sizeof(buf), "%d", o->world_size);
+    if (setenv("WORLD_SIZE", buf, 1) != 0)
         goto err_setenv;
-    snprintf(buf, sizeof(buf), "%d", l->opts.nranks);
-    if (setenv("WORLD_SIZE", buf, 1) != 0 || setenv("LOCAL_WORLD_SIZE", buf, 1) != 0)
+    snprintf(buf, sizeof(buf), "%d", o->nranks);
+    if (setenv("LOCAL_WORLD_SIZE", buf, 1) != 0)
         goto err_setenv;
     return 0;
 
@@ -330,6 +447,15 @@ err:
     return -1;
 }
 
+/*
+ * Ranks are indexed locally (0..nranks-1) throughout; what the ranks and the
+ * user see (environment, tags, messages) is the rank in the whole job.
+ */
+static int global_rank(const struct launcher *l, int local)
+{
+    return l->opts.rank_offset + local;
+}
+
 /* Runs in the forked child: never returns. */
 __attribute__((noreturn)) static void child_exec(const struct launcher *l, int rank, int out_fd,
                                                  int err_fd)
@@ -339,7 +465,8 @@ __attribute__((noreturn)) static void child_exec(const struct launcher *l, int r
 
     /* Also done by the parent; whichever runs first wins the race to exec. */
     if (setpgid(0, rank == 0 ? 0 : l->pgid) != 0) {
-        fprintf(stderr, "hccl-run: rank %d: setpgid: %s\n", rank, strerror(errno));
+        fprintf(stderr, "hccl-run: rank %d: setpgid: %s\n", global_rank(l, rank),
+                strerror(errno));
         _exit(127);
     }
     if (out_fd >= 0 && (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0))
@@ -347,9 +474,11 @@ __attribute__((noreturn)) static void child_exec(const struct launcher *l, int r
     sigaction(SIGPIPE, &l->orig_sigpipe, NULL);
     sigprocmask(SIG_SETMASK, &l->orig_mask, NULL);
     /* The launcher is single-threaded, so setenv after fork is safe. */
+    snprintf(buf, sizeof(buf), "%d", global_rank(l, rank));
+    if (setenv("RANK_ID", buf, 1) != 0 || setenv("RANK", buf, 1) != 0)
+        _exit(127);
     snprintf(buf, sizeof(buf), "%d", rank);
-    if (setenv("RANK_ID", buf, 1) != 0 || setenv("RANK", buf, 1) != 0 ||
-        setenv("LOCAL_RANK", buf, 1) != 0)
+    if (setenv("LOCAL_RANK", buf, 1) != 0)
         _exit(127);
     execvp(l->opts.argv[0], l->opts.argv);
     err = errno;
@@ -384,12 +513,14 @@ static int spawn_rank(struct launcher *l, int rank)
 
     if (l->opts.tag_output && (stream_open(&r->out, STDOUT_FILENO, &out_w) != 0 ||
                                stream_open(&r->err, STDERR_FILENO, &err_w) != 0)) {
-        fprintf(stderr, "hccl-run: cannot start rank %d: pipe: %s\n", rank, strerror(errno));
+        fprintf(stderr, "hccl-run: cannot start rank %d: pipe: %s\n", global_rank(l, rank),
+                strerror(errno));
         goto err_close_pipes;
     }
     pid = fork();
     if (pid < 0) {
-        fprintf(stderr, "hccl-run: cannot start rank %d: fork: %s\n", rank, strerror(errno));
+        fprintf(stderr, "hccl-run: cannot start rank %d: fork: %s\n", global_rank(l, rank),
+                strerror(errno));
         goto err_close_pipes;
     }
     if (pid == 0)
@@ -434,7 +565,10 @@ static void write_all(int fd, const char *p, size_t n)
     }
 }
 
-/* One write per line, prefix included, so lines never interleave mid-line. */
+/*
+ * One write per line, prefix included, so lines never interleave mid-line.
+ * The stream functions take the rank to tag with: the global one.
+ */
 static void stream_emit(const struct run_stream *s, int rank, const char *line, size_t n,
                         bool add_newline)
 {
@@ -506,8 +640,8 @@ static void drain_rank(struct launcher *l, int rank)
 {
     if (!l->opts.tag_output)
         return;
-    stream_read(&l->ranks[rank].out, rank, true);
-    stream_read(&l->ranks[rank].err, rank, true);
+    stream_read(&l->ranks[rank].out, global_rank(l, rank), true);
+    stream_read(&l->ranks[rank].err, global_rank(l, rank), true);
 }
 
 /* Alive ranks as "0,3", malloc'd; NULL if out of memory. */
@@ -522,7 +656,7 @@ static char *alive_list(const struct launcher *l)
         return NULL;
     for (int i = 0; i < l->opts.nranks; i++) {
         if (l->ranks[i].alive) {
-            fprintf(f, "%s%d", sep, i);
+            fprintf(f, "%s%d", sep, global_rank(l, i));
             sep = ",";
         }
     }
@@ -565,11 +699,11 @@ static void rank_exited(struct launcher *l, int rank, int status)
     if (!failed || l->phase >= PHASE_TERMINATING)
         return;
     if (WIFEXITED(status))
-        fprintf(stderr, "hccl-run: rank %d (pid %d) exited with status %d\n", rank, (int)r->pid,
-                WEXITSTATUS(status));
+        fprintf(stderr, "hccl-run: rank %d (pid %d) exited with status %d\n",
+                global_rank(l, rank), (int)r->pid, WEXITSTATUS(status));
     else
-        fprintf(stderr, "hccl-run: rank %d (pid %d) killed by signal %d (%s)\n", rank,
-                (int)r->pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+        fprintf(stderr, "hccl-run: rank %d (pid %d) killed by signal %d (%s)\n",
+                global_rank(l, rank), (int)r->pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
     set_exit_code(l, 1);
     if (l->phase == PHASE_RUNNING) {
         l->phase = PHASE_GRACE;
@@ -715,7 +849,7 @@ static void run_loop(struct launcher *l)
             handle_signals(l);
         for (int i = 1; i < l->nfds; i++) {
             if (pfds[i].fd >= 0 && pfds[i].revents)
-                stream_read(l->owner[i], (i - 1) / 2, false);
+                stream_read(l->owner[i], global_rank(l, (i - 1) / 2), false);
         }
     }
 }
@@ -728,9 +862,9 @@ static void close_streams(struct launcher *l)
 
         drain_rank(l, i);
         if (r->out.fd >= 0)
-            stream_close(&r->out, i);
+            stream_close(&r->out, global_rank(l, i));
         if (r->err.fd >= 0)
-            stream_close(&r->err, i);
+            stream_close(&r->err, global_rank(l, i));
     }
 }
 

@@ -33,6 +33,8 @@ typedef enum {
     HCCL_ALGO_RECHALV,       /* recursive halving ReduceScatter */
     HCCL_ALGO_PAIRWISE,      /* AlltoAll(v) */
     HCCL_ALGO_DISSEMINATION, /* Barrier */
+    HCCL_ALGO_HIER,          /* two-level: inside hosts, then among one leader per host */
+    HCCL_ALGO_RABENSEIFNER,  /* AllReduce: recursive halving + recursive doubling */
     HCCL_NUM_ALGOS
 } hccl_algo_t;
 
@@ -104,6 +106,12 @@ hcclResult_t hccl_algo_pairwise_alltoallv(int rank, int nranks, const hccl_coll_
 hcclResult_t hccl_algo_dissemination_barrier(int rank, int nranks, const hccl_coll_shape_t *shape,
                                              size_t chunk_bytes, hccl_plan_t **plan_p);
 
+/* Two-level AllReduce and Broadcast; node_of[r] is rank r's host index. */
+hcclResult_t hccl_algo_hier_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      const int *node_of, size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_hier_broadcast(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      const int *node_of, size_t chunk_bytes, hccl_plan_t **plan_p);
+
 /* Send (SEND slot) or receive (RECV slot) of count elements with peer shape->root, tag 0. */
 hcclResult_t hccl_algo_p2p(int rank, int nranks, const hccl_coll_shape_t *shape, hccl_plan_t **plan_p);
 
@@ -133,6 +141,8 @@ typedef struct hccl_tuner {
     size_t chunk_bytes;                 /* pipelining granularity */
     hccl_cost_t model;                  /* of the slowest link class in the communicator */
     hccl_cost_class_t cls;
+    const int *node_of;                 /* borrowed: every rank's host index, or NULL */
+    bool multi_level;                   /* several hosts, every one with several ranks */
 } hccl_tuner_t;
 
 /*
@@ -140,6 +150,8 @@ typedef struct hccl_tuner {
  * "alpha_us,GB/s,reduce_GB/s", "" = the class's defaults) overrides it.
  */
 void hccl_tuner_set_model(hccl_tuner_t *t, hccl_cost_class_t cls, const char *spec);
+/* Gives the tuner the hosts of the ranks (borrowed; NULL: one level). */
+void hccl_tuner_set_topology(hccl_tuner_t *t, const int *node_of, int nranks);
 
 /* Parses HCCL_ALGO syntax ("ring", "allreduce=ring;..."); a bad entry warns and is ignored. */
 void hccl_tuner_init(hccl_tuner_t *t, const char *algo_spec, size_t buffsize);

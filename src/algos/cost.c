@@ -78,6 +78,10 @@ double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t al
             return 2 * (nn - 1) * a + 2 * (nn - 1) / nn * m * b + (nn - 1) / nn * m * g;
         if (algo == HCCL_ALGO_RECDBL)
             return log2_floor(n) * (a + m * b + m * g) + fold;
+        if (algo == HCCL_ALGO_RABENSEIFNER)
+            return 2 * log2_floor(n) * a + 2 * (p - 1) / p * m * b + (p - 1) / p * m * g + fold;
+        if (algo == HCCL_ALGO_TREE) /* reduce up, then broadcast down, chunk by chunk */
+            return tree(c, lg, m, chunk, b + g) + tree(c, lg, m, chunk, b);
         break;
     case HCCL_COLL_BROADCAST:
         if (algo == HCCL_ALGO_TREE)
@@ -96,20 +100,25 @@ double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t al
     case HCCL_COLL_ALLGATHER: /* m = one rank's block; the result is n blocks */
         if (algo == HCCL_ALGO_RING)
             return (nn - 1) * (a + m * b);
-        if (algo == HCCL_ALGO_RECDBL || algo == HCCL_ALGO_BRUCK)
-            return lg * a + (nn - 1) * m * b + (algo == HCCL_ALGO_BRUCK ? nn * m * b / 4 : 0);
+        /* recdbl builds Bruck's plan when n is not a power of two; Bruck collects in scratch and
+         * rotates the result into place: two more passes over it. */
+        if (algo == HCCL_ALGO_BRUCK || (algo == HCCL_ALGO_RECDBL && p < n))
+            return lg * a + (nn - 1) * m * b + 2 * nn * m * g;
+        if (algo == HCCL_ALGO_RECDBL)
+            return lg * a + (nn - 1) * m * b;
         break;
     case HCCL_COLL_REDUCESCATTER: /* m = one rank's block */
         if (algo == HCCL_ALGO_RING)
             return (nn - 1) * (a + m * (b + g));
-        if (algo == HCCL_ALGO_RECHALV)
-            return log2_floor(n) * a + (nn - 1) * m * (b + g) + (p < n ? 2 * (a + nn * m * b) : 0);
+        if (algo == HCCL_ALGO_RECHALV) /* whole halves at a time, in a scratch of the full input */
+            return log2_floor(n) * a + (nn - 1) * m * (b + g) + nn * m * g +
+                   (p < n ? 2 * (a + nn * m * b) : 0);
         break;
     case HCCL_COLL_ALLTOALL: /* m = one block */
         if (algo == HCCL_ALGO_PAIRWISE)
             return (nn - 1) * (a + m * b);
         if (algo == HCCL_ALGO_BRUCK) /* half the blocks per round, plus packing copies */
-            return lg * (a + nn / 2 * m * b) + 2 * nn * m * b / 4;
+            return lg * (a + nn / 2 * m * b) + 2 * nn * m * g;
         break;
     case HCCL_COLL_ALLTOALLV:
     case HCCL_COLL_BARRIER:

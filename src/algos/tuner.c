@@ -15,14 +15,14 @@ static const char *const coll_names[HCCL_NUM_COLLS] = {
 };
 static const char *const algo_names[HCCL_NUM_ALGOS] = {
     "auto", "ring", "recdbl", "tree", "chain", "scatter_allgather", "bruck", "rechalv",
-    "pairwise", "dissemination",
+    "pairwise", "dissemination", "hier", "rabenseifner",
 };
 
 /* The algorithms each collective has, as a bit set over hccl_algo_t. */
 #define A(x) (1u << HCCL_ALGO_##x)
 static const unsigned coll_algos[HCCL_NUM_COLLS] = {
-    [HCCL_COLL_ALLREDUCE] = A(RING) | A(RECDBL),
-    [HCCL_COLL_BROADCAST] = A(TREE) | A(CHAIN) | A(SCATTER_ALLGATHER),
+    [HCCL_COLL_ALLREDUCE] = A(RING) | A(RECDBL) | A(RABENSEIFNER) | A(TREE) | A(HIER),
+    [HCCL_COLL_BROADCAST] = A(TREE) | A(CHAIN) | A(SCATTER_ALLGATHER) | A(HIER),
     [HCCL_COLL_REDUCE] = A(TREE) | A(CHAIN),
     [HCCL_COLL_ALLGATHER] = A(RING) | A(RECDBL) | A(BRUCK),
     [HCCL_COLL_REDUCESCATTER] = A(RING) | A(RECHALV),
@@ -135,6 +135,29 @@ void hccl_tuner_set_model(hccl_tuner_t *t, hccl_cost_class_t cls, const char *sp
     t->model.gamma_us_per_byte = 1.0 / (redbw * 1000.0);
 }
 
+void hccl_tuner_set_topology(hccl_tuner_t *t, const int *node_of, int nranks)
+{
+    int nodes = 0, smallest = nranks;
+
+    t->node_of = node_of;
+    t->multi_level = false;
+    if (!node_of)
+        return;
+    for (int r = 0; r < nranks; r++) {
+        bool first = true;
+        int size = 0;
+        for (int q = 0; q < r && first; q++)
+            first = node_of[q] != node_of[r];
+        if (!first)
+            continue;
+        nodes++;
+        for (int q = r; q < nranks; q++)
+            size += node_of[q] == node_of[r];
+        smallest = size < smallest ? size : smallest;
+    }
+    t->multi_level = nodes > 1 && smallest > 1;
+}
+
 /* The cheapest algorithm of the collective under the model; ties go to the earlier one. */
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
 {
@@ -146,9 +169,12 @@ hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shap
         return HCCL_ALGO_AUTO;
     if (t->forced[shape->coll] != HCCL_ALGO_AUTO)
         return t->forced[shape->coll];
+    /* Several hosts with several ranks each: only the leaders' traffic should cross the network. */
+    if (t->multi_level && hccl_algo_applies(shape->coll, HCCL_ALGO_HIER))
+        return HCCL_ALGO_HIER;
     for (int a = 1; a < HCCL_NUM_ALGOS; a++) {
         double cost;
-        if (!hccl_algo_applies(shape->coll, (hccl_algo_t)a))
+        if (a == HCCL_ALGO_HIER || !hccl_algo_applies(shape->coll, (hccl_algo_t)a))
             continue;
         cost = hccl_cost_estimate(&t->model, shape->coll, (hccl_algo_t)a, bytes, nranks, t->chunk_bytes);
         if (best == HCCL_ALGO_AUTO || cost < best_cost) {
@@ -169,10 +195,21 @@ hcclResult_t hccl_algo_build(const hccl_tuner_t *t, hccl_algo_t algo, int rank, 
     if (!hccl_algo_applies(shape->coll, algo))
         return HCCL_FAIL(hcclInternalError, "no %s generator for %s", hccl_algo_name(algo),
                          hccl_coll_name(shape->coll));
+    if (algo == HCCL_ALGO_HIER && !t->node_of)
+        return HCCL_FAIL(hcclInvalidUsage, "the hier algorithm needs ranks on several hosts");
+    if (algo == HCCL_ALGO_HIER)
+        return shape->coll == HCCL_COLL_ALLREDUCE
+                   ? hccl_algo_hier_allreduce(rank, nranks, shape, t->node_of, chunk, plan_p)
+                   : hccl_algo_hier_broadcast(rank, nranks, shape, t->node_of, chunk, plan_p);
     switch (shape->coll) {
     case HCCL_COLL_ALLREDUCE:
-        return algo == HCCL_ALGO_RING ? hccl_algo_ring_allreduce(rank, nranks, shape, chunk, plan_p)
-                                      : hccl_algo_recdbl_allreduce(rank, nranks, shape, plan_p);
+        if (algo == HCCL_ALGO_RING)
+            return hccl_algo_ring_allreduce(rank, nranks, shape, chunk, plan_p);
+        if (algo == HCCL_ALGO_RABENSEIFNER)
+            return hccl_algo_rabenseifner_allreduce(rank, nranks, shape, chunk, plan_p);
+        if (algo == HCCL_ALGO_TREE)
+            return hccl_algo_tree_allreduce(rank, nranks, shape, chunk, plan_p);
+        return hccl_algo_recdbl_allreduce(rank, nranks, shape, plan_p);
     case HCCL_COLL_BROADCAST:
         if (algo == HCCL_ALGO_TREE)
             return hccl_algo_tree_broadcast(rank, nranks, shape, chunk, plan_p);

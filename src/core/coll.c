@@ -17,16 +17,67 @@ static void coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResu
     pthread_mutex_unlock(&comm->mtx);
 }
 
+/* Point-to-point sequence numbers live apart from the collectives': only two ranks count them. */
+#define HCCL_P2P_SEQ_BIT (1ull << 63)
+
+uint32_t hccl_sig_make(int coll, int dtype, int op, int root, uint64_t count)
+{
+    uint32_t h = 2166136261u;
+
+    for (int i = 0; i < 8; i++)
+        h = (h ^ (uint32_t)((count >> (8 * i)) & 0xff)) * 16777619u;
+    /* the kind + 1 keeps it non-zero; the count only as a 12-bit hash */
+    return ((uint32_t)(coll + 1) & 0xf) << 28 | ((uint32_t)dtype & 0xf) << 24 | ((uint32_t)op & 0x7) << 21 |
+           ((uint32_t)(root + 1) & 0x1ff) << 12 | (h & 0xfff);
+}
+
+void hccl_sig_describe(uint32_t sig, char *buf, size_t len)
+{
+    hccl_coll_t coll = (hccl_coll_t)((sig >> 28) - 1);
+    const char *dt = hccl_dtype_name((hcclDataType_t)((sig >> 24) & 0xf));
+    const char *op = hccl_op_name((hcclRedOp_t)((sig >> 21) & 0x7));
+    int root = (int)((sig >> 12) & 0x1ff) - 1;
+
+    if (coll == HCCL_COLL_BROADCAST)
+        snprintf(buf, len, "broadcast(%s, root %d)", dt, root);
+    else if (coll == HCCL_COLL_REDUCE)
+        snprintf(buf, len, "reduce(%s, %s, root %d)", dt, op, root);
+    else if (coll == HCCL_COLL_ALLREDUCE || coll == HCCL_COLL_REDUCESCATTER)
+        snprintf(buf, len, "%s(%s, %s)", hccl_coll_name(coll), dt, op);
+    else if (coll == HCCL_COLL_BARRIER)
+        snprintf(buf, len, "barrier()");
+    else
+        snprintf(buf, len, "%s(%s)", hccl_coll_name(coll), dt);
+    if (strlen(buf) + 24 < len)
+        snprintf(buf + strlen(buf), len - strlen(buf), " [count hash %03x]", sig & 0xfff);
+}
+
+/* "allreduce seq 12" or "send #3 to rank 5". */
+static void coll_describe(const struct hcclComm *comm, const struct hcclRequest *req, char *buf,
+                          size_t len)
+{
+    (void)comm;
+    if (req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV)
+        snprintf(buf, len, "%s #%llu %s rank %d", hccl_coll_name(req->coll),
+                 (unsigned long long)(req->seq & ~HCCL_P2P_SEQ_BIT),
+                 req->coll == HCCL_COLL_SEND ? "to" : "from", req->root);
+    else
+        snprintf(buf, len, "%s seq %llu", hccl_coll_name(req->coll), (unsigned long long)req->seq);
+}
+
 static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg, void *arg)
 {
     struct hcclRequest *req = arg;
     struct hcclComm *comm = req->owner;
     char text[768];
 
+    char what[96];
+
     (void)run;
+    coll_describe(comm, req, what, sizeof(what));
     if (res != hcclSuccess)
-        snprintf(text, sizeof(text), "%s (seq %llu, %zu x %s): %s", hccl_coll_name(req->coll),
-                 (unsigned long long)req->seq, req->count, hccl_dtype_name(req->dtype), msg ? msg : "");
+        snprintf(text, sizeof(text), "%s (%zu x %s): %s", what, req->count, hccl_dtype_name(req->dtype),
+                 msg ? msg : "");
     coll_finish(comm, req, res, res == hcclSuccess ? NULL : text);
 }
 
@@ -36,17 +87,22 @@ static void coll_on_timeout(void *arg)
     struct hcclComm *comm = req->owner;
     char msg[512], peers[256] = "";
 
+    char what[96];
+
+    if (req->run && hccl_exec_run_finishing(req->run))
+        return; /* it ended just now; its completion is already queued */
     if (req->run)
         hccl_exec_run_pending_peers(req->run, peers, sizeof(peers));
-    snprintf(msg, sizeof(msg), "rank %d: %s seq %llu did not finish within the exec timeout of %d ms; "
-             "still waiting on ranks %s", comm->rank, hccl_coll_name(req->coll),
-             (unsigned long long)req->seq, comm->params.exec_timeout_ms, peers[0] ? peers : "(none)");
+    coll_describe(comm, req, what, sizeof(what));
+    snprintf(msg, sizeof(msg), "rank %d: %s did not finish within the exec timeout of %d ms; "
+             "still waiting on %s%s", comm->rank, what, comm->params.exec_timeout_ms,
+             peers[0] ? "ranks " : "",
+             peers[0] ? peers : req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV
+                                    ? "its matching call (none posted yet)"
+                                    : "no rank (it had not started)");
     HCCL_WARN("%s", msg);
     hccl_comm_fail(comm, hcclTimeout, msg);
 }
-
-/* Point-to-point sequence numbers live apart from the collectives': only two ranks count them. */
-#define HCCL_P2P_SEQ_BIT (1ull << 63)
 
 void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char *msg)
 {
@@ -96,6 +152,21 @@ static void coll_self_p2p(struct hcclComm *comm, struct hcclRequest *req)
     coll_finish(comm, recv, hcclSuccess, NULL);
 }
 
+/*
+ * A collective that was posted but cannot run here: its peers would wait for it forever, and
+ * this rank's sequence numbers would no longer match theirs. The communicator fails, which
+ * tells them.
+ */
+static void coll_fail_posted(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t res)
+{
+    char msg[768], what[96];
+
+    coll_describe(comm, req, what, sizeof(what));
+    snprintf(msg, sizeof(msg), "rank %d: %s could not start: %s", comm->rank, what, hccl_error_last());
+    coll_finish(comm, req, res, msg);
+    hccl_comm_fail(comm, res, msg);
+}
+
 /* Reactor thread: plan the request (cached by shape) and start it. */
 static void coll_start(struct hcclComm *comm, struct hcclRequest *req)
 {
@@ -124,7 +195,7 @@ static void coll_start(struct hcclComm *comm, struct hcclRequest *req)
     if (!plan) {
         res = hccl_algo_build(&comm->tuner, algo, comm->rank, comm->nranks, &shape, &plan);
         if (res != hcclSuccess) {
-            coll_finish(comm, req, res, hccl_error_last());
+            coll_fail_posted(comm, req, res);
             return;
         }
         HCCL_INFO(HCCL_SUB_ALGO, "rank %d: %s of %zu x %s on %d ranks: %s, %u steps", comm->rank,
@@ -133,11 +204,15 @@ static void coll_start(struct hcclComm *comm, struct hcclRequest *req)
         if (cacheable)
             hccl_plan_cache_put(comm->plans, &key, plan);
     }
-    res = hccl_exec_start(comm->exec, plan, req->seq, req->sendbuf, req->recvbuf, coll_on_run_done, req,
-                          (hccl_run_t **)&req->run);
+    res = hccl_exec_start_sig(comm->exec, plan, req->seq,
+                              p2p ? 0
+                                  : hccl_sig_make(req->coll, req->dtype, req->op, req->root,
+                                                  req->coll == HCCL_COLL_ALLTOALLV ? 0 : req->count),
+                              req->sendbuf, req->recvbuf, coll_on_run_done, req,
+                              (hccl_run_t **)&req->run);
     hccl_plan_release(plan);
     if (res != hcclSuccess)
-        coll_finish(comm, req, res, hccl_error_last());
+        coll_fail_posted(comm, req, res);
 }
 
 /* ---- HCCL_CHECK: every rank's signature of the call, gathered and compared first ---- */
@@ -605,6 +680,10 @@ HCCL_API hcclResult_t hcclAlltoAllvAsync(const void *sendbuf, const size_t *send
                          shi && !sendbuf ? "sendbuf" : "recvbuf");
     if (ranges_overlap(sendbuf, sbytes, recvbuf, rbytes))
         return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap (not allowed)", fn);
+    if (sendcounts[comm->rank] != recvcounts[comm->rank])
+        return HCCL_FAIL(hcclInvalidArgument, "%s: this rank sends %zu elements to itself but "
+                                              "receives %zu from itself", fn, sendcounts[comm->rank],
+                         recvcounts[comm->rank]);
     c.count = stot + rtot; /* only "is there anything at all" matters; the plan uses v */
     c.v = hccl_malloc(4 * n * sizeof(size_t));
     if (!c.v)

@@ -76,6 +76,7 @@ static void comm_free(struct hcclComm *comm, bool graceful)
     hccl_reactor_destroy(comm->reactor);
     hccl_free(comm->conns);
     hccl_free(comm->link_of);
+    hccl_free(comm->node_of);
     hccl_free(comm->p2p_send_seq);
     hccl_free(comm->p2p_recv_seq);
     hccl_free(comm->cards);
@@ -214,6 +215,17 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     hccl_tuner_init(&comm->tuner, comm->params.algo, comm->params.buffsize);
     hccl_tuner_set_model(&comm->tuner, hccl_topo_cost_class(comm->cards, nranks),
                          comm->params.cost_model);
+    comm->node_of = hccl_calloc((size_t)nranks, sizeof(*comm->node_of));
+    if (!comm->node_of) {
+        res = HCCL_FAIL(hcclSystemError, "comm: out of memory for %d ranks", nranks);
+        goto err_free;
+    }
+    for (int r = 0, q; r < nranks; r++) {
+        for (q = 0; q < r && strcmp(comm->cards[q].host, comm->cards[r].host) != 0; q++)
+            ;
+        comm->node_of[r] = q;
+    }
+    hccl_tuner_set_topology(&comm->tuner, comm->node_of, nranks);
     hccl_topo_report(comm);
     HCCL_CHECK_GOTO(hccl_reactor_start(comm->reactor), res, err_free);
     HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d ready (communicator %016llx, host %s)", rank, nranks,

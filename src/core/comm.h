@@ -65,6 +65,7 @@ struct hcclComm {
     void *link_ctx[HCCL_LINK_MAX];   /* owned, per link kind */
     hccl_conn_t **conns;             /* [nranks], borrowed from the links */
     int *link_of;                    /* [nranks]: HCCL_LINK_* used for each peer, -1 self */
+    int *node_of;                    /* [nranks]: host index of every rank (first rank's index) */
     hccl_card_t *cards;              /* owned, [nranks] */
     hccl_exec_t *exec;               /* owned */
     hccl_plan_cache_t *plans;        /* owned; reactor thread only */

@@ -104,6 +104,17 @@ void hccl_alloc_fail_at(long n);
 int64_t hccl_now_ms(void);
 uint64_t hccl_now_ns(void);
 
+/* ---- collective signatures (coll.c) ---- */
+
+/*
+ * 32 bits that name a collective call (kind, dtype, op, root, a hash of the count); every
+ * frame of it carries them, so that ranks running different collectives at the same sequence
+ * number are told so instead of waiting for each other. 0 = not checked.
+ */
+uint32_t hccl_sig_make(int coll, int dtype, int op, int root, uint64_t count);
+/* "allreduce(float32, sum)" and friends, for messages. */
+void hccl_sig_describe(uint32_t sig, char *buf, size_t len);
+
 /* ---- parameters (param.c) ---- */
 
 #define HCCL_ALGO_STRLEN 256

@@ -18,6 +18,7 @@ static const char *const known_vars[] = {
     "HCCL_BUFFSIZE",     "HCCL_LINKS",         "HCCL_SOCKET_IFNAME", "HCCL_NSOCKS",
     "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
+    "HCCL_REDUCE_ISA",
     "HCCL_COST_MODEL",
 };
 

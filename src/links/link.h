@@ -53,6 +53,7 @@ typedef void (*hccl_xfer_cb_t)(hccl_xfer_t *x, hcclResult_t res);
 struct hccl_xfer {
     uint64_t seq;           /* collective sequence number */
     uint32_t tag;           /* step tag; sender and receiver agree */
+    uint32_t sig;           /* the collective's signature, 0 = not checked */
     int peer;
     void *buf;              /* borrowed user or scratch memory */
     size_t len;             /* bytes */

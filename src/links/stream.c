@@ -88,6 +88,7 @@ static void stream_tx_next(hccl_stream_t *s)
         s->tx_cur = x;
         frame_fill(s, &s->tx_hdr, rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA, x->seq, x->tag, x->len,
                    rndv ? (uint64_t)(uintptr_t)x->buf : 0);
+        s->tx_hdr.sig = x->sig;
     }
     s->tx_hdr_done = 0;
     s->tx_payload_done = 0;
@@ -170,6 +171,33 @@ static void unexp_remove(hccl_stream_t *s, hccl_unexp_t *prev, hccl_unexp_t *u)
         s->unexp_tail = prev;
 }
 
+/* Both sides name their collective: different ones at one sequence number is a usage error. */
+static hcclResult_t stream_sig_mismatch(hccl_stream_t *s, uint64_t seq, uint32_t theirs, uint32_t ours)
+{
+    char a[96], b[96];
+
+    hccl_sig_describe(theirs, a, sizeof(a));
+    hccl_sig_describe(ours, b, sizeof(b));
+    return HCCL_FAIL(hcclInvalidUsage,
+                     "rank %d: collective mismatch at seq %llu: rank %d called %s, this rank %s "
+                     "(every rank must call the same collectives in the same order)", s->rank,
+                     (unsigned long long)seq, s->peer, a, b);
+}
+
+static bool sig_differs(uint32_t a, uint32_t b)
+{
+    return a && b && a != b;
+}
+
+/* Any receive of this sequence number whose collective differs from the frame's. */
+static hcclResult_t stream_check_sig_posted(hccl_stream_t *s, const hccl_frame_t *f)
+{
+    for (hccl_xfer_t *x = s->posted.head; x; x = x->next)
+        if (x->seq == f->seq && sig_differs(f->sig, x->sig))
+            return stream_sig_mismatch(s, f->seq, f->sig, x->sig);
+    return hcclSuccess;
+}
+
 static hcclResult_t stream_check_len(hccl_stream_t *s, const hccl_frame_t *f, const hccl_xfer_t *x)
 {
     if (f->len == x->len)
@@ -209,7 +237,9 @@ hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
         hccl_xfer_complete_later(s->reactor, x, s->fail_res);
         return hcclSuccess;
     }
-
+    for (hccl_unexp_t *u = s->unexp_head; u; u = u->next)
+        if (u->f.seq == x->seq && sig_differs(u->f.sig, x->sig))
+            return stream_fail_xfer(s, x, stream_sig_mismatch(s, x->seq, u->f.sig, x->sig));
     for (hccl_unexp_t *u = s->unexp_head; u; prev = u, u = u->next) {
         hccl_frame_t f = u->f;
         if (f.seq != x->seq || f.tag != x->tag)
@@ -291,6 +321,7 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
     case HCCL_FRAME_RTS:
         if (f->len > HCCL_WIRE_MAX_LEN)
             return stream_protocol_error(s, "length too large");
+        HCCL_CHECK(stream_check_sig_posted(s, f));
         x = hccl_xfer_queue_take(&s->posted, f->seq, f->tag);
         if (!x)
             return stream_hold(s, f->type == HCCL_FRAME_DATA);

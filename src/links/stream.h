@@ -29,7 +29,7 @@ typedef struct {
     uint16_t version;
     uint16_t type;
     uint32_t tag;
-    uint32_t reserved;
+    uint32_t sig;       /* the collective's signature (hccl_sig_make), 0 = none */
     uint64_t comm_id;   /* the communicator: a frame of another one is rejected */
     uint64_t seq;
     uint64_t len;

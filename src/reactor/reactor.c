@@ -292,6 +292,8 @@ struct hccl_timer {
     struct event *ev;
     hccl_timer_cb_t cb;
     void *arg;
+    hccl_reactor_t *r;   /* borrowed */
+    hccl_post_t free_post;
 };
 
 static void timer_on_fire(evutil_socket_t fd, short what, void *arg)
@@ -310,6 +312,7 @@ hcclResult_t hccl_timer_create(hccl_reactor_t *r, hccl_timer_cb_t cb, void *arg,
         return HCCL_FAIL(hcclSystemError, "timer: out of memory");
     t->cb = cb;
     t->arg = arg;
+    t->r = r;
     t->ev = evtimer_new(r->base, timer_on_fire, t);
     if (!t->ev) {
         hccl_free(t);
@@ -332,10 +335,20 @@ void hccl_timer_cancel(hccl_timer_t *t)
         evtimer_del(t->ev);
 }
 
+static void timer_on_free(hccl_post_t *post)
+{
+    hccl_timer_t *t = (hccl_timer_t *)((char *)post - offsetof(hccl_timer_t, free_post));
+
+    event_free(t->ev);
+    hccl_free(t);
+}
+
+/* Cancelled now, freed from the loop: the timer may be the one whose callback is running. */
 void hccl_timer_destroy(hccl_timer_t *t)
 {
     if (!t)
         return;
-    event_free(t->ev);
-    hccl_free(t);
+    evtimer_del(t->ev);
+    t->free_post.fn = timer_on_free;
+    hccl_reactor_post(t->r, &t->free_post);
 }

@@ -24,6 +24,7 @@ struct hccl_run {
     hccl_exec_t *ex;
     hccl_plan_t *plan;        /* retained */
     uint64_t seq;
+    uint32_t sig;             /* stamped on every transfer */
     char *base[HCCL_NUM_SLOTS];
     void *scratch;            /* owned */
     uint32_t *left;           /* owned: unfinished predecessors per step */
@@ -72,6 +73,11 @@ int hccl_exec_inflight(const hccl_exec_t *ex)
 uint64_t hccl_exec_run_seq(const hccl_run_t *run)
 {
     return run->seq;
+}
+
+bool hccl_exec_run_finishing(const hccl_run_t *run)
+{
+    return run->finishing;
 }
 
 static void run_free(hccl_run_t *run)
@@ -154,6 +160,7 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
         return HCCL_FAIL(hcclInternalError, "rank %d: no connection to rank %d", ex->rank, s->peer);
     memset(x, 0, sizeof(*x));
     x->seq = run->seq;
+    x->sig = run->sig;
     x->tag = s->tag;
     x->peer = s->peer;
     x->buf = is_send ? run_ptr(run, s->src) : run_ptr(run, s->dst);
@@ -189,6 +196,8 @@ static void run_issue(hccl_run_t *run, uint32_t id)
         const void *src = run_ptr(run, s->src);
         if (dst != src && s->bytes)
             memmove(dst, src, s->bytes);
+        if ((s->flags & HCCL_STEP_FINAL_DIV) && p->op == hcclAvg)
+            hccl_reduce_div(dst, s->bytes / esz, p->dtype, p->nranks);
         break;
     }
     case HCCL_STEP_REDUCE: {
@@ -239,6 +248,13 @@ hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq,
                              const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb, void *arg,
                              hccl_run_t **run_p)
 {
+    return hccl_exec_start_sig(ex, plan, seq, 0, sendbuf, recvbuf, cb, arg, run_p);
+}
+
+hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq, uint32_t sig,
+                                 const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb,
+                                 void *arg, hccl_run_t **run_p)
+{
     hccl_run_t *run = hccl_calloc(1, sizeof(*run));
     uint32_t n = plan->nsteps;
 
@@ -258,6 +274,7 @@ hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq,
     run->plan = plan;
     run->ex = ex;
     run->seq = seq;
+    run->sig = sig;
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;
     run->base[HCCL_SLOT_SCRATCH] = run->scratch;

@@ -82,9 +82,54 @@ hcclResult_t hccl_plan_reduce(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t a, hc
 hcclResult_t hccl_plan_copy(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t src, size_t bytes,
                             uint32_t *id_p)
 {
-    hccl_step_t s = {.kind = HCCL_STEP_COPY, .peer = -1, .dst = dst, .src = src, .bytes = bytes};
+    return hccl_plan_copy_flags(p, dst, src, bytes, 0, id_p);
+}
+
+hcclResult_t hccl_plan_copy_flags(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t src, size_t bytes,
+                                  unsigned flags, uint32_t *id_p)
+{
+    hccl_step_t s = {.kind = HCCL_STEP_COPY, .flags = (uint8_t)flags, .peer = -1, .dst = dst,
+                     .src = src, .bytes = bytes};
 
     return plan_add(p, &s, id_p);
+}
+
+static hccl_bref_t embed_bref(const hccl_plan_embed_t *e, hccl_bref_t b)
+{
+    hccl_bref_t at = e->slot_map[b.slot];
+
+    return hccl_bref((hccl_slot_t)at.slot, at.off + b.off);
+}
+
+hcclResult_t hccl_plan_embed(hccl_plan_t *p, const hccl_plan_t *sub, const hccl_plan_embed_t *e,
+                             uint32_t *first_p)
+{
+    uint32_t first = p->nsteps;
+
+    if (!sub->final)
+        return HCCL_FAIL(hcclInternalError, "plan: embedding a plan that is not finalized");
+    for (uint32_t i = 0; i < sub->nsteps; i++) {
+        hccl_step_t s = sub->steps[i];
+        if (s.kind == HCCL_STEP_SEND || s.kind == HCCL_STEP_RECV) {
+            s.peer = e->peer_map[s.peer];
+            s.tag += e->tag_base;
+        }
+        s.dst = embed_bref(e, s.dst);
+        s.src = embed_bref(e, s.src);
+        s.src2 = embed_bref(e, s.src2);
+        s.flags &= (uint8_t)~HCCL_STEP_FINAL_DIV;
+        s.ndeps = s.succ_first = s.nsucc = 0;
+        HCCL_CHECK(plan_add(p, &s, NULL));
+    }
+    for (uint32_t i = 0; i < sub->nsteps; i++) {
+        const hccl_step_t *s = &sub->steps[i];
+        for (uint32_t k = 0; k < s->nsucc; k++)
+            HCCL_CHECK(hccl_plan_dep(p, first + i, first + sub->succ[s->succ_first + k]));
+        for (uint32_t a = 0; s->ndeps == 0 && a < e->nafter; a++)
+            HCCL_CHECK(hccl_plan_dep(p, e->after[a], first + i));
+    }
+    *first_p = first;
+    return hcclSuccess;
 }
 
 hcclResult_t hccl_plan_dep(hccl_plan_t *p, uint32_t before, uint32_t after)

@@ -13,7 +13,9 @@
  *
  * fp16 and bf16 are widened to fp32 in blocks on the stack, reduced with the
  * fp32 loops and rounded back to nearest-even, so every inner loop stays
- * simple enough to vectorize.
+ * simple enough to vectorize. Where the CPU has conversion instructions,
+ * hccl_reduce runs fp16/bf16 on the kernels of reduce_x86.c instead, which
+ * give the same bits; these loops stay the reference and the fallback.
  *
  * Max and min are `x > y ? x : y` and `x < y ? x : y` for every type. For
  * floating point this means a NaN in either operand gives b's element: a NaN
@@ -21,13 +23,15 @@
  * so the loops become single instructions. Sum and prod propagate NaN.
  */
 #include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched/sched.h"
 
 /* Built with vectorizer options of its own: see CMakeLists.txt. */
 
-typedef void (*hccl_reduce_fn_t)(void *dst, const void *a, const void *b, size_t n);
 typedef void (*hccl_div_fn_t)(void *buf, size_t n, int k);
 
 /* fp16/bf16 elements widened per block: two fp32 arrays of this many on the stack. */
@@ -340,6 +344,78 @@ const char *hccl_op_name(hcclRedOp_t op)
     }
 }
 
+/* ---- fp16 and bf16 on the CPU's conversion instructions ---- */
+
+#if !defined(__x86_64__)
+hccl_reduce_fn_t hccl_reduce_isa_kernel(const char *isa, hcclDataType_t dt, hcclRedOp_t op)
+{
+    (void)isa, (void)dt, (void)op;
+    return NULL;
+}
+#endif
+
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+/* Written once under isa_once, read-only after: [0] fp16, [1] bf16. */
+static hccl_reduce_fn_t isa_fns[2][hcclNumOps];
+static char isa_name[48];
+
+/* The first path of isas this CPU has, or the portable kernels. */
+static const char *isa_pick(hcclDataType_t dt, const char *const *isas, size_t n,
+                            hccl_reduce_fn_t *fns)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (hccl_reduce_isa_kernel(isas[i], dt, hcclSum) == NULL)
+            continue;
+        for (int op = 0; op < hcclNumOps; op++)
+            fns[op] = hccl_reduce_isa_kernel(isas[i], dt, (hcclRedOp_t)op);
+        return isas[i];
+    }
+    memcpy(fns, reduce_fns[dt], sizeof(reduce_fns[dt]));
+    return "portable";
+}
+
+static void isa_select(void)
+{
+    static const char *const f16_isas[] = {"f16c"};
+    static const char *const bf16_isas[] = {"avx512bf16", "avx2"};
+    const char *env = getenv("HCCL_REDUCE_ISA");
+    const char *f16 = "portable";
+    const char *bf16 = "portable";
+
+    if (env && *env && strcmp(env, "portable") != 0 && strcmp(env, "auto") != 0)
+        HCCL_WARN("HCCL_REDUCE_ISA=%s: unknown value (auto or portable), using auto", env);
+    if (env && strcmp(env, "portable") == 0) {
+        memcpy(isa_fns[0], reduce_fns[hcclFloat16], sizeof(isa_fns[0]));
+        memcpy(isa_fns[1], reduce_fns[hcclBfloat16], sizeof(isa_fns[1]));
+    } else {
+        f16 = isa_pick(hcclFloat16, f16_isas, sizeof(f16_isas) / sizeof(f16_isas[0]), isa_fns[0]);
+        bf16 = isa_pick(hcclBfloat16, bf16_isas, sizeof(bf16_isas) / sizeof(bf16_isas[0]),
+                        isa_fns[1]);
+    }
+    if (strcmp(f16, "portable") == 0 && strcmp(bf16, "portable") == 0)
+        snprintf(isa_name, sizeof(isa_name), "portable");
+    else
+        snprintf(isa_name, sizeof(isa_name), "%s+%s", f16, bf16);
+    HCCL_INFO(HCCL_SUB_SCHED, "fp16/bf16 reduction kernels: %s", isa_name);
+}
+
+const char *hccl_reduce_isa(void)
+{
+    pthread_once(&isa_once, isa_select);
+    return isa_name;
+}
+
+void hccl_reduce_portable(void *dst, const void *a, const void *b, size_t count,
+                          hcclDataType_t dt, hcclRedOp_t op)
+{
+    if ((unsigned)dt >= hcclNumTypes || (unsigned)op >= hcclNumOps) {
+        assert(!"hccl_reduce_portable: bad dtype or op");
+        return;
+    }
+    if (count > 0)
+        reduce_fns[dt][op](dst, a, b, count);
+}
+
 #ifndef NDEBUG
 /* True when [p, p + len) and [q, q + len) overlap without being the same range. */
 static bool overlaps_partially(const void *p, const void *q, size_t len)
@@ -363,6 +439,11 @@ void hccl_reduce(void *dst, const void *a, const void *b, size_t count, hcclData
         return;
     assert(!overlaps_partially(dst, a, count * hccl_dtype_size(dt)));
     assert(!overlaps_partially(dst, b, count * hccl_dtype_size(dt)));
+    if (dt == hcclFloat16 || dt == hcclBfloat16) {
+        pthread_once(&isa_once, isa_select);
+        isa_fns[dt == hcclBfloat16][op](dst, a, b, count);
+        return;
+    }
     reduce_fns[dt][op](dst, a, b, count);
 }
 

@@ -37,6 +37,24 @@ uint16_t hccl_float_to_half(float f);
 float hccl_bf16_to_float(uint16_t h);
 uint16_t hccl_float_to_bf16(float f);
 
+/*
+ * fp16/bf16 kernels for the CPU's conversion instructions (reduce_x86.c),
+ * chosen once at the first hccl_reduce; HCCL_REDUCE_ISA=portable keeps the
+ * portable ones. Every kernel gives the portable kernel's bits for every
+ * input. Internal, and for tests.
+ */
+typedef void (*hccl_reduce_fn_t)(void *dst, const void *a, const void *b, size_t count);
+/* hccl_reduce with the portable kernels, whatever the CPU. */
+void hccl_reduce_portable(void *dst, const void *a, const void *b, size_t count,
+                          hcclDataType_t dt, hcclRedOp_t op);
+/* The paths hccl_reduce uses, fp16's then bf16's: "f16c+avx512bf16", "f16c+avx2", "portable". */
+const char *hccl_reduce_isa(void);
+/*
+ * One path's kernel ("f16c" for fp16; "avx512bf16" or "avx2" for bf16), or
+ * NULL where this build or CPU lacks it.
+ */
+hccl_reduce_fn_t hccl_reduce_isa_kernel(const char *isa, hcclDataType_t dt, hcclRedOp_t op);
+
 /* ---- plans (plan.c) ---- */
 
 typedef enum {
@@ -53,7 +71,7 @@ typedef struct {
     size_t off;      /* bytes from the slot's base */
 } hccl_bref_t;
 
-#define HCCL_STEP_FINAL_DIV 1u /* reduce: divide the result by nranks (hcclAvg) */
+#define HCCL_STEP_FINAL_DIV 1u /* reduce or copy: divide the result by nranks (hcclAvg) */
 
 typedef struct hccl_step {
     uint8_t kind;          /* hccl_step_kind_t */
@@ -100,6 +118,25 @@ hcclResult_t hccl_plan_reduce(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t a, hc
                               size_t bytes, unsigned flags, uint32_t *id_p);
 hcclResult_t hccl_plan_copy(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t src, size_t bytes,
                             uint32_t *id_p);
+/* A copy that also applies HCCL_STEP_* flags (e.g. the final division of hcclAvg). */
+hcclResult_t hccl_plan_copy_flags(hccl_plan_t *p, hccl_bref_t dst, hccl_bref_t src, size_t bytes,
+                                  unsigned flags, uint32_t *id_p);
+
+/* How a finalized sub-plan is placed inside a bigger one (hierarchical algorithms). */
+typedef struct {
+    const int *peer_map;                  /* sub-plan rank -> rank of the bigger plan */
+    hccl_bref_t slot_map[HCCL_NUM_SLOTS]; /* where each sub-plan slot starts in the bigger plan */
+    uint32_t tag_base;                    /* added to every send/receive tag */
+    const uint32_t *after;                /* steps every root of the sub-plan waits for */
+    uint32_t nafter;
+} hccl_plan_embed_t;
+
+/*
+ * Copies sub's steps and edges into p, remapped by e; HCCL_STEP_FINAL_DIV flags are dropped
+ * (the bigger plan divides once, itself). The new steps are [*first_p, *first_p + sub->nsteps).
+ */
+hcclResult_t hccl_plan_embed(hccl_plan_t *p, const hccl_plan_t *sub, const hccl_plan_embed_t *e,
+                             uint32_t *first_p);
 /* after may start only once before has completed. */
 hcclResult_t hccl_plan_dep(hccl_plan_t *p, uint32_t before, uint32_t after);
 /* Builds the successor lists, checks the plan (ranges against slot sizes, acyclic). */
@@ -153,6 +190,10 @@ void hccl_exec_destroy(hccl_exec_t *ex);
 hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq,
                              const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb, void *arg,
                              hccl_run_t **run_p);
+/* The same, with the collective's signature stamped on every transfer (see hccl_sig_make). */
+hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq, uint32_t sig,
+                                 const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb,
+                                 void *arg, hccl_run_t **run_p);
 /* Ends every run in flight with res/msg (their link operations are the caller's to cancel). */
 void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg);
 /* Number of runs in flight. */
@@ -160,5 +201,7 @@ int hccl_exec_inflight(const hccl_exec_t *ex);
 /* Writes the peers a run still waits on ("1,3") into buf. */
 void hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len);
 uint64_t hccl_exec_run_seq(const hccl_run_t *run);
+/* The run has ended (its completion is on its way): nothing can fail it any more. */
+bool hccl_exec_run_finishing(const hccl_run_t *run);
 
 #endif /* HCCL_SCHED_H */

@@ -77,6 +77,47 @@ HCCL_COMM_ID=127.0.0.1:5999 launch -n 2 sh -c 'echo "$HCCL_COMM_ID"'
 expect "a preset HCCL_COMM_ID is kept" \
     test "$rc" -eq 0 -a "$(grep -c '^127\.0\.0\.1:5999$' "$tmp/out")" -eq 2
 
+# Multi-host options: this launcher starts ranks 3 and 4 of a 5-rank job and
+# passes on the rendezvous and secret it is given; no loopback is forced.
+multi_env_right() {
+    local i line want
+    [ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/out")" -eq 2 ] || return 1
+    for i in 0 1; do
+        line=$(grep -E "^\[$((3 + i))\]: rank=$((3 + i)) " "$tmp/out") || return 1
+        want="^\[$((3 + i))\]: rank=$((3 + i)) r=$((3 + i)) lr=$i ws=5 lws=2"
+        want+=" id=10\.1\.2\.3:4567 secret=00ff00ff if=$"
+        [[ $line =~ $want ]] || return 1
+    done
+}
+HCCL_COMM_SECRET=00ff00ff launch -n 2 --world-size 5 --rank-offset 3 --comm-id 10.1.2.3:4567 \
+    --tag-output sh -c "$report_env"
+expect "--world-size, --rank-offset and --comm-id set the ranks' environment" multi_env_right
+
+# HCCL_COMM_ID from the environment, first host of a 4-rank job: no secret
+# made up (other hosts could not know it), and a warning says so.
+multi_env_first_right() {
+    local i
+    [ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/out")" -eq 2 ] || return 1
+    for i in 0 1; do
+        grep -qxE "rank=$i r=$i lr=$i ws=4 lws=2 id=h0:29500 secret= if=" "$tmp/out" || return 1
+    done
+    err_has "HCCL_COMM_SECRET is not set"
+}
+HCCL_COMM_ID=h0:29500 launch -n 2 --world-size=4 sh -c "$report_env"
+expect "--world-size with HCCL_COMM_ID from the environment" multi_env_first_right
+
+bad_multi_usage() {
+    launch -n 2 --rank-offset 2 sh -c true
+    [ "$rc" -eq 2 ] && err_has "needs --world-size" || return 1
+    launch -n 2 --world-size 3 --rank-offset 2 --comm-id h0:1 sh -c true
+    [ "$rc" -eq 2 ] && err_has "do not fit" || return 1
+    launch -n 2 --world-size 4 sh -c true
+    [ "$rc" -eq 2 ] && err_has "needs.*--comm-id" || return 1
+    launch -n 2 --comm-id no-port sh -c true
+    [ "$rc" -eq 2 ] && err_has "wants HOST:PORT"
+}
+expect "bad multi-host options are usage errors" bad_multi_usage
+
 tagged_right() {
     local i
     [ "$rc" -eq 0 ] || return 1

@@ -296,6 +296,65 @@ static void test_algo_mismatch(void **state)
     }
 }
 
+typedef struct {
+    hcclUniqueId id;
+    int rank;
+    int variant;
+    hcclResult_t res;
+    char msg[512];
+} mismatch_arg_t;
+
+static void *mismatch_rank(void *p)
+{
+    mismatch_arg_t *a = p;
+    hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
+    hcclComm_t comm;
+    int buf[4096] = {0};
+
+    cfg.connectTimeoutMs = 20000;
+    a->res = hcclCommInitRankConfig(&comm, 2, a->id, a->rank, &cfg);
+    if (a->res != hcclSuccess)
+        return NULL;
+    if (a->variant == 0) /* AllReduce against Broadcast */
+        a->res = a->rank == 0 ? hcclAllReduce(buf, buf, 4096, hcclInt32, hcclSum, comm)
+                              : hcclBroadcast(buf, 4096, hcclInt32, 0, comm);
+    else /* AllReduce against Barrier (zero-byte messages still carry the signature) */
+        a->res = a->rank == 0 ? hcclAllReduce(buf, buf, 4096, hcclInt32, hcclSum, comm) : hcclBarrier(comm);
+    snprintf(a->msg, sizeof(a->msg), "%s", hcclGetLastError(comm));
+    hcclCommAbort(comm);
+    return NULL;
+}
+
+/*
+ * Without HCCL_CHECK, ranks calling different collectives are told as soon as a message of one
+ * meets the other (a call that sends nothing, e.g. Reduce to different roots, needs HCCL_CHECK
+ * or the exec timeout).
+ */
+static void test_mismatch_detected(void **state)
+{
+    (void)state;
+    for (int variant = 0; variant < 2; variant++) {
+        mismatch_arg_t a[2];
+        pthread_t th[2];
+        hcclUniqueId id;
+        int named = 0;
+
+        assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
+        for (int r = 0; r < 2; r++) {
+            a[r] = (mismatch_arg_t){.id = id, .rank = r, .variant = variant};
+            assert_int_equal(pthread_create(&th[r], NULL, mismatch_rank, &a[r]), 0);
+        }
+        for (int r = 0; r < 2; r++)
+            pthread_join(th[r], NULL);
+        for (int r = 0; r < 2; r++) {
+            assert_true(a[r].res == hcclInvalidUsage || a[r].res == hcclRemoteError);
+            if (a[r].res == hcclInvalidUsage && strstr(a[r].msg, "collective mismatch"))
+                named++;
+        }
+        assert_true(named >= 1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_wait_after_abort),
         cmocka_unit_test(test_destroy_from_callback_refused),
         cmocka_unit_test(test_algo_mismatch),
+        cmocka_unit_test(test_mismatch_detected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

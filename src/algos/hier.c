@@ -1,0 +1,212 @@
+/*
+ * Hierarchical (two-level) AllReduce and Broadcast for communicators that
+ * span several hosts with several ranks each: inside a host over shm, between
+ * hosts over the network among one leader per host, so that only the leaders'
+ * traffic crosses the network. Built by placing the one-level plans of the
+ * other generators (tree, ring, recursive doubling) inside one plan:
+ *
+ *   AllReduce: reduce to the host's leader -> AllReduce among leaders -> broadcast from it
+ *   Broadcast: broadcast among leaders (the root leads its host) -> broadcast in each host
+ *
+ * node_of gives every rank's host index.
+ */
+#include "algos/algos.h"
+
+/* Tag spaces of the phases: the one-level plans number their tags from 0. */
+#define HIER_TAG_INTRA_UP (1u << 28)
+#define HIER_TAG_INTER (2u << 28)
+#define HIER_TAG_INTRA_DOWN (3u << 28)
+
+typedef struct {
+    int *local;      /* ranks of my host, in rank order */
+    int nlocal;
+    int my_local;    /* my index among them */
+    int *leaders;    /* one rank per host, in order of the hosts' first rank */
+    int nleaders;
+    int my_leader;   /* my index among the leaders, or -1 */
+    uint32_t *sinks; /* steps the next phase waits for */
+    uint32_t nsinks;
+} hier_t;
+
+static void hier_free(hier_t *h)
+{
+    hccl_free(h->local);
+    hccl_free(h->leaders);
+    hccl_free(h->sinks);
+}
+
+/* The host's leader is lead_root when it lives there, else the host's first rank. */
+static hcclResult_t hier_groups(hier_t *h, int rank, int n, const int *node_of, int lead_root)
+{
+    h->local = hccl_calloc((size_t)n, sizeof(int));
+    h->leaders = hccl_calloc((size_t)n, sizeof(int));
+    h->sinks = hccl_calloc((size_t)n * 4 + 16, sizeof(uint32_t));
+    if (!h->local || !h->leaders || !h->sinks)
+        return HCCL_FAIL(hcclSystemError, "hier: out of memory");
+    h->my_leader = -1;
+    for (int r = 0; r < n; r++) {
+        bool first_of_host = true;
+        if (node_of[r] == node_of[rank]) {
+            if (r == rank)
+                h->my_local = h->nlocal;
+            h->local[h->nlocal++] = r;
+        }
+        for (int q = 0; q < r && first_of_host; q++)
+            first_of_host = node_of[q] != node_of[r];
+        if (first_of_host) {
+            int lead = lead_root >= 0 && node_of[lead_root] == node_of[r] ? lead_root : r;
+            if (lead == rank)
+                h->my_leader = h->nleaders;
+            h->leaders[h->nleaders++] = lead;
+        }
+    }
+    return hcclSuccess;
+}
+
+/* Builds sub (already finalized), embeds it, and makes its last steps the next phase's wait. */
+static hcclResult_t hier_phase(hier_t *h, hccl_plan_t *p, hccl_plan_t *sub, const int *peers,
+                               hccl_bref_t send_at, hccl_bref_t recv_at, size_t *scratch_end,
+                               uint32_t tag_base)
+{
+    hccl_plan_embed_t e = {.peer_map = peers, .tag_base = tag_base, .after = h->sinks,
+                           .nafter = h->nsinks};
+    uint32_t first;
+    hcclResult_t res;
+
+    e.slot_map[HCCL_SLOT_SEND] = send_at;
+    e.slot_map[HCCL_SLOT_RECV] = recv_at;
+    e.slot_map[HCCL_SLOT_SCRATCH] = hccl_bref(HCCL_SLOT_SCRATCH, *scratch_end);
+    res = hccl_plan_embed(p, sub, &e, &first);
+    if (res == hcclSuccess) {
+        *scratch_end += sub->scratch_bytes;
+        /* nsucc of the embedded steps is only known after finalize: use the sub-plan's. */
+        uint32_t n = 0;
+        uint32_t *s = hccl_realloc(h->sinks, ((size_t)sub->nsteps + 1) * sizeof(*s));
+        if (!s) {
+            res = HCCL_FAIL(hcclSystemError, "hier: out of memory");
+        } else {
+            h->sinks = s;
+            for (uint32_t i = 0; i < sub->nsteps; i++)
+                if (sub->steps[i].nsucc == 0)
+                    s[n++] = first + i;
+            if (sub->nsteps)
+                h->nsinks = n;
+        }
+    }
+    hccl_plan_release(sub);
+    return res;
+}
+
+hcclResult_t hccl_algo_hier_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      const int *node_of, size_t chunk_bytes, hccl_plan_t **plan_p)
+{
+    size_t bytes = shape->count * hccl_dtype_size(shape->dtype), scratch = 0;
+    hccl_bref_t send = hccl_bref(HCCL_SLOT_SEND, 0), recv = hccl_bref(HCCL_SLOT_RECV, 0);
+    hcclRedOp_t op = shape->op == hcclAvg ? hcclSum : shape->op;
+    hccl_coll_shape_t sub_shape = *shape;
+    hier_t h = {0};
+    hccl_plan_t *p = NULL, *sub;
+    hcclResult_t res;
+    uint32_t id;
+
+    if (!node_of)
+        return HCCL_FAIL(hcclInternalError, "hier: no topology");
+    HCCL_CHECK_GOTO(hier_groups(&h, rank, nranks, node_of, -1), res, err);
+    HCCL_CHECK_GOTO(hccl_plan_create(rank, nranks, shape->dtype, shape->op, "hier", &p), res, err);
+    sub_shape.op = op;
+    /* 1. Reduce to the host's leader (its local index 0). */
+    if (h.nlocal > 1) {
+        sub_shape.coll = HCCL_COLL_REDUCE;
+        sub_shape.root = 0;
+        HCCL_CHECK_GOTO(hccl_algo_tree_reduce(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub), res, err);
+        HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.local, send, recv, &scratch, HIER_TAG_INTRA_UP), res, err);
+    } else {
+        HCCL_CHECK_GOTO(hccl_plan_copy(p, recv, send, bytes, &id), res, err);
+        h.sinks[0] = id;
+        h.nsinks = 1;
+    }
+    /* 2. AllReduce among the leaders, in place in the receive buffer. */
+    if (h.my_leader >= 0 && h.nleaders > 1) {
+        sub_shape.coll = HCCL_COLL_ALLREDUCE;
+        sub_shape.root = -1;
+        res = bytes > (64u << 10)
+                  ? hccl_algo_ring_allreduce(h.my_leader, h.nleaders, &sub_shape, chunk_bytes, &sub)
+                  : hccl_algo_recdbl_allreduce(h.my_leader, h.nleaders, &sub_shape, &sub);
+        HCCL_CHECK_GOTO(res, res, err);
+        HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.leaders, recv, recv, &scratch, HIER_TAG_INTER), res, err);
+    }
+    if (h.my_leader >= 0 && shape->op == hcclAvg) {
+        /* The one division of hcclAvg, by the whole communicator's size. */
+        HCCL_CHECK_GOTO(hccl_plan_copy_flags(p, recv, recv, bytes, HCCL_STEP_FINAL_DIV, &id), res, err);
+        for (uint32_t i = 0; i < h.nsinks; i++)
+            HCCL_CHECK_GOTO(hccl_plan_dep(p, h.sinks[i], id), res, err);
+        h.sinks[0] = id;
+        h.nsinks = 1;
+    }
+    /* 3. Broadcast from the leader. On the others it waits for their sends of step 1: in place,
+     * the broadcast overwrites the buffer those sends read. */
+    if (h.nlocal > 1) {
+        sub_shape.coll = HCCL_COLL_BROADCAST;
+        sub_shape.root = 0;
+        HCCL_CHECK_GOTO(hccl_algo_tree_broadcast(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub), res, err);
+        HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.local, recv, recv, &scratch, HIER_TAG_INTRA_DOWN), res, err);
+    }
+    p->scratch_bytes = scratch;
+    HCCL_CHECK_GOTO(hccl_plan_finalize(p, bytes, bytes), res, err);
+    hier_free(&h);
+    *plan_p = p;
+    return hcclSuccess;
+
+err:
+    hier_free(&h);
+    hccl_plan_release(p);
+    return res;
+}
+
+hcclResult_t hccl_algo_hier_broadcast(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      const int *node_of, size_t chunk_bytes, hccl_plan_t **plan_p)
+{
+    size_t bytes = shape->count * hccl_dtype_size(shape->dtype), scratch = 0;
+    hccl_bref_t recv = hccl_bref(HCCL_SLOT_RECV, 0);
+    hccl_coll_shape_t sub_shape = *shape;
+    hier_t h = {0};
+    hccl_plan_t *p = NULL, *sub;
+    hcclResult_t res;
+
+    if (!node_of)
+        return HCCL_FAIL(hcclInternalError, "hier: no topology");
+    HCCL_CHECK_GOTO(hier_groups(&h, rank, nranks, node_of, shape->root), res, err);
+    HCCL_CHECK_GOTO(hccl_plan_create(rank, nranks, shape->dtype, shape->op, "hier", &p), res, err);
+    /* 1. Among the leaders, from the root (the leader of its host). */
+    if (h.my_leader >= 0 && h.nleaders > 1) {
+        int root_leader = 0;
+        for (int i = 0; i < h.nleaders; i++)
+            if (h.leaders[i] == shape->root)
+                root_leader = i;
+        sub_shape.root = root_leader;
+        HCCL_CHECK_GOTO(hccl_algo_tree_broadcast(h.my_leader, h.nleaders, &sub_shape, chunk_bytes, &sub),
+                        res, err);
+        HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.leaders, recv, recv, &scratch, HIER_TAG_INTER), res, err);
+    }
+    /* 2. Inside each host, from its leader. */
+    if (h.nlocal > 1) {
+        int lead_local = 0;
+        for (int i = 0; i < h.nlocal; i++)
+            for (int j = 0; j < h.nleaders; j++)
+                if (h.local[i] == h.leaders[j])
+                    lead_local = i;
+        sub_shape.root = lead_local;
+        HCCL_CHECK_GOTO(hccl_algo_tree_broadcast(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub), res, err);
+        HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.local, recv, recv, &scratch, HIER_TAG_INTRA_DOWN), res, err);
+    }
+    p->scratch_bytes = scratch;
+    HCCL_CHECK_GOTO(hccl_plan_finalize(p, bytes, bytes), res, err);
+    hier_free(&h);
+    *plan_p = p;
+    return hcclSuccess;
+
+err:
+    hier_free(&h);
+    hccl_plan_release(p);
+    return res;
+}
