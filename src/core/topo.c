@@ -92,6 +92,22 @@ static void expand_rank(const char *pat, int rank, char *out, size_t len)
     out[o] = '\0';
 }
 
+/* A JSON string: host ids come from the user (HCCL_HOST_ID) and may hold anything. */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 static void topo_write_json(const struct hcclComm *comm, FILE *f)
 {
     const hccl_cost_t *m = &comm->tuner.model;
@@ -104,7 +120,9 @@ static void topo_write_json(const struct hcclComm *comm, FILE *f)
             seen = strcmp(comm->cards[q].host, comm->cards[r].host) == 0;
         if (seen)
             continue;
-        fprintf(f, "%s\n    {\"host\": \"%s\", \"ranks\": [", first_host ? "" : ",", comm->cards[r].host);
+        fprintf(f, "%s\n    {\"host\": ", first_host ? "" : ",");
+        json_str(f, comm->cards[r].host);
+        fprintf(f, ", \"ranks\": [");
         for (int q = r, n = 0; q < comm->nranks; q++)
             if (strcmp(comm->cards[q].host, comm->cards[r].host) == 0)
                 fprintf(f, "%s%d", n++ ? ", " : "", q);
