@@ -13,143 +13,10 @@
 
 #include <cmocka.h>
 
+#include "reference.h"
 #include "sim_run.h"
 
 static const int rank_counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
-
-static bool is_int(hcclDataType_t dt);
-static bool is_signed(hcclDataType_t dt);
-
-/* Input value of element i at rank r, small enough to be exact in every float type. */
-static double input_value(hcclDataType_t dt, hcclRedOp_t op, int r, size_t i, unsigned seed)
-{
-    unsigned h = ((unsigned)r * 7919u + (unsigned)i * 104729u) ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    if (op == hcclProd) {
-        static const double f[] = {1, -1, 2, 0.5};
-        double v = f[h % 4];
-        if (v == 2 && r >= 8)
-            v = 1; /* keep products inside fp16's range at 16 ranks */
-        if (is_int(dt))
-            v = (double)(h % 3) + (is_signed(dt) ? -1 : 1);
-        return v;
-    }
-    switch (dt) {
-    case hcclInt8: return (double)(int8_t)h;
-    case hcclUint8: return (double)(uint8_t)h;
-    case hcclInt32: return (double)(int32_t)h;
-    case hcclUint32: return (double)(uint32_t)h;
-    case hcclInt64: return (double)((int32_t)h) * 65536.0;
-    case hcclUint64: return (double)h * 65536.0;
-    default: return (double)((int)(h % 17) - 8);
-    }
-}
-
-static void store(void *buf, size_t i, hcclDataType_t dt, double v)
-{
-    switch (dt) {
-    case hcclInt8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case hcclUint8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case hcclInt32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case hcclUint32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case hcclInt64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case hcclUint64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case hcclFloat16: ((uint16_t *)buf)[i] = hccl_float_to_half((float)v); break;
-    case hcclBfloat16: ((uint16_t *)buf)[i] = hccl_float_to_bf16((float)v); break;
-    case hcclFloat32: ((float *)buf)[i] = (float)v; break;
-    case hcclFloat64: ((double *)buf)[i] = v; break;
-    default: break;
-    }
-}
-
-static double load(const void *buf, size_t i, hcclDataType_t dt)
-{
-    switch (dt) {
-    case hcclInt8: return ((const int8_t *)buf)[i];
-    case hcclUint8: return ((const uint8_t *)buf)[i];
-    case hcclInt32: return ((const int32_t *)buf)[i];
-    case hcclUint32: return ((const uint32_t *)buf)[i];
-    case hcclInt64: return (double)((const int64_t *)buf)[i];
-    case hcclUint64: return (double)((const uint64_t *)buf)[i];
-    case hcclFloat16: return hccl_half_to_float(((const uint16_t *)buf)[i]);
-    case hcclBfloat16: return hccl_bf16_to_float(((const uint16_t *)buf)[i]);
-    case hcclFloat32: return ((const float *)buf)[i];
-    case hcclFloat64: return ((const double *)buf)[i];
-    default: return 0;
-    }
-}
-
-static bool is_int(hcclDataType_t dt)
-{
-    return dt <= hcclUint64;
-}
-
-static unsigned bits_of(hcclDataType_t dt)
-{
-    return (unsigned)hccl_dtype_size(dt) * 8;
-}
-
-static bool is_signed(hcclDataType_t dt)
-{
-    return dt == hcclInt8 || dt == hcclInt32 || dt == hcclInt64;
-}
-
-/* Integer reference: arithmetic modulo 2^bits, then read back with the type's sign. */
-static double int_wrap(uint64_t v, hcclDataType_t dt)
-{
-    unsigned b = bits_of(dt);
-    uint64_t m = b == 64 ? v : v & ((1ull << b) - 1);
-    if (is_signed(dt) && b < 64 && (m >> (b - 1)))
-        return (double)(int64_t)(m | ~((1ull << b) - 1));
-    return is_signed(dt) ? (double)(int64_t)m : (double)m;
-}
-
-static double reference(hcclDataType_t dt, hcclRedOp_t op, int n, size_t i, unsigned seed)
-{
-    double acc = input_value(dt, op, 0, i, seed);
-
-    if (is_int(dt)) {
-        uint64_t u = (uint64_t)(int64_t)acc;
-        for (int r = 1; r < n; r++) {
-            double v = input_value(dt, op, r, i, seed);
-            uint64_t w = (uint64_t)(int64_t)v;
-            if (op == hcclSum || op == hcclAvg)
-                u += w;
-            else if (op == hcclProd)
-                u *= w;
-            else if (op == hcclMax)
-                acc = v > acc ? v : acc;
-            else
-                acc = v < acc ? v : acc;
-        }
-        if (op == hcclMax || op == hcclMin)
-            return acc;
-        acc = int_wrap(u, dt);
-        if (op == hcclAvg)
-            acc = is_signed(dt) ? (double)((int64_t)acc / n) : (double)((uint64_t)acc / (uint64_t)n);
-        return acc;
-    }
-    for (int r = 1; r < n; r++) {
-        double v = input_value(dt, op, r, i, seed);
-        if (op == hcclSum || op == hcclAvg)
-            acc += v;
-        else if (op == hcclProd)
-            acc *= v;
-        else if (op == hcclMax)
-            acc = v > acc ? v : acc;
-        else
-            acc = v < acc ? v : acc;
-    }
-    return op == hcclAvg ? acc / n : acc;
-}
-
-static double tolerance(hcclDataType_t dt, double ref)
-{
-    double rel = dt == hcclFloat16 ? 1e-3 : dt == hcclBfloat16 ? 8e-3 : dt == hcclFloat32 ? 1e-6 : 1e-12;
-    return fabs(ref) * rel + rel;
-}
 
 static void check_allreduce(hccl_algo_t algo, int n, size_t count, hcclDataType_t dt,
                             hcclRedOp_t op, bool in_place)
@@ -165,7 +32,7 @@ static void check_allreduce(hccl_algo_t algo, int n, size_t count, hcclDataType_
         send[r] = malloc(count * esz + 1);
         recv[r] = in_place ? send[r] : malloc(count * esz + 1);
         for (size_t i = 0; i < count; i++)
-            store(send[r], i, dt, input_value(dt, op, r, i, seed));
+            ref_store(send[r], i, dt, ref_input(dt, op, r, i, seed));
     }
     res = sim_run_allreduce(algo, n, &shape, send, recv, &out);
     if (res != hcclSuccess)
@@ -174,8 +41,8 @@ static void check_allreduce(hccl_algo_t algo, int n, size_t count, hcclDataType_
                  (int)res);
     for (int r = 0; r < n; r++) {
         for (size_t i = 0; i < count; i++) {
-            double want = reference(dt, op, n, i, seed), got = load(recv[r], i, dt);
-            bool ok = is_int(dt) ? got == want : fabs(got - want) <= tolerance(dt, want);
+            double want = ref_reduce(dt, op, n, i, seed), got = ref_load(recv[r], i, dt);
+            bool ok = ref_close(dt, got, want);
             if (!ok)
                 fail_msg("%s n=%d count=%zu %s %s %s: rank %d element %zu is %.17g, want %.17g",
                          hccl_algo_name(algo), n, count, hccl_dtype_name(dt), hccl_op_name(op),

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "reactor/reactor_impl.h"
+#include "plan_check.h"
 #include "sim_run.h"
 
 typedef hcclResult_t (*gen_fn_t)(int rank, int nranks, const hccl_coll_shape_t *shape,
@@ -60,20 +61,6 @@ static uint32_t count_steps(const hccl_plan_t *p, hccl_step_kind_t kind)
     return c;
 }
 
-/* The memory a step reads (which = 0) or writes (which = 1), as slot + range; false if none. */
-static bool step_access(const hccl_step_t *s, int which, hccl_bref_t *at)
-{
-    if (s->bytes == 0)
-        return false;
-    if (which == 0 && s->kind != HCCL_STEP_RECV)
-        *at = s->src;
-    else if (which == 1 && s->kind != HCCL_STEP_SEND)
-        *at = s->dst;
-    else
-        return false;
-    return true;
-}
-
 /*
  * Every pair of steps that touch overlapping bytes, at least one of them writing, must be
  * ordered by the DAG: the executor may run unordered steps in any order, and a link may
@@ -81,47 +68,9 @@ static bool step_access(const hccl_step_t *s, int which, hccl_bref_t *at)
  */
 static void check_hazards(const hccl_plan_t *p)
 {
-    uint32_t n = p->nsteps, words = (n + 63) / 64, *order = malloc((n + 1) * sizeof(*order));
-    uint32_t *left = malloc((n + 1) * sizeof(*left)), head = 0, tail = 0;
-    uint64_t *reach = calloc((size_t)n * words + 1, sizeof(*reach));
+    plan_check_t c = {.name = p->algo, .slots = PLAN_SLOTS_APART};
 
-    for (uint32_t i = 0; i < n; i++)
-        if ((left[i] = p->steps[i].ndeps) == 0)
-            order[tail++] = i;
-    while (head < tail) { /* Kahn: order is topological */
-        const hccl_step_t *s = &p->steps[order[head++]];
-        for (uint32_t k = 0; k < s->nsucc; k++)
-            if (--left[p->succ[s->succ_first + k]] == 0)
-                order[tail++] = p->succ[s->succ_first + k];
-    }
-    assert_int_equal(tail, n);
-    for (uint32_t t = n; t-- > 0;) {
-        uint32_t i = order[t];
-        const hccl_step_t *s = &p->steps[i];
-        for (uint32_t k = 0; k < s->nsucc; k++) {
-            uint32_t j = p->succ[s->succ_first + k];
-            reach[(size_t)i * words + j / 64] |= 1ull << (j % 64);
-            for (uint32_t w = 0; w < words; w++)
-                reach[(size_t)i * words + w] |= reach[(size_t)j * words + w];
-        }
-    }
-    for (uint32_t i = 0; i < n; i++)
-        for (uint32_t j = i + 1; j < n; j++)
-            for (int a = 0; a < 2; a++)
-                for (int b = 0; b < 2; b++) {
-                    hccl_bref_t x, y;
-                    if ((a | b) == 0 || !step_access(&p->steps[i], a, &x) ||
-                        !step_access(&p->steps[j], b, &y) || x.slot != y.slot ||
-                        x.off >= y.off + p->steps[j].bytes || y.off >= x.off + p->steps[i].bytes)
-                        continue;
-                    if (!(reach[(size_t)i * words + j / 64] >> (j % 64) & 1) &&
-                        !(reach[(size_t)j * words + i / 64] >> (i % 64) & 1))
-                        fail_msg("plan %s rank %d: steps %u and %u race on slot %u", p->algo,
-                                 p->rank, i, j, x.slot);
-                }
-    free(order);
-    free(left);
-    free(reach);
+    plan_check(p, &c);
 }
 
 static void check_alltoall(gen_fn_t gen, const char *name, int n, size_t count, hcclDataType_t dt,

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "reference.h"
 #include "sim_run.h"
 
 typedef struct {
@@ -77,12 +78,8 @@ static void run_allreduce(const layout_t *l, size_t count, hcclDataType_t dt, hc
         check_cross_host(l, r, plans[r], -1);
         send[r] = calloc(count + 1, esz);
         recv[r] = in_place ? send[r] : calloc(count + 1, esz);
-        for (size_t i = 0; i < count; i++) {
-            if (dt == hcclFloat32)
-                ((float *)send[r])[i] = (float)input(r, i);
-            else
-                ((int32_t *)send[r])[i] = (int32_t)input(r, i);
-        }
+        for (size_t i = 0; i < count; i++)
+            ref_store(send[r], i, dt, input(r, i));
     }
     assert_int_equal(sim_run_plans(l->n, plans, send, recv, NULL), hcclSuccess);
     for (int r = 0; r < l->n; r++) {
@@ -94,7 +91,7 @@ static void run_allreduce(const layout_t *l, size_t count, hcclDataType_t dt, hc
             }
             if (op == hcclAvg)
                 want = dt == hcclFloat32 ? want / l->n : (double)((int64_t)want / l->n);
-            got = dt == hcclFloat32 ? ((float *)recv[r])[i] : ((int32_t *)recv[r])[i];
+            got = ref_load(recv[r], i, dt);
             if (fabs(got - want) > 1e-4)
                 fail_msg("hier allreduce n=%d count=%zu op %d: rank %d [%zu] = %g, want %g", l->n, count,
                          (int)op, r, i, got, want);

@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "plan_check.h"
+#include "reference.h"
 #include "sim_run.h"
 
 typedef hcclResult_t (*gen_fn_t)(int rank, int nranks, const hccl_coll_shape_t *shape,
@@ -37,144 +39,6 @@ static const gen_t chain_reduce = {"chain reduce", hccl_algo_chain_reduce};
 static const int small_ranks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
 static const size_t chunk_sizes[] = {4096, 1u << 20, 100};
 
-static bool is_int(hcclDataType_t dt);
-static bool is_signed(hcclDataType_t dt);
-
-/* Input value of element i at rank r, small enough to be exact in every float type. */
-static double input_value(hcclDataType_t dt, hcclRedOp_t op, int r, size_t i, unsigned seed)
-{
-    unsigned h = ((unsigned)r * 7919u + (unsigned)i * 104729u) ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    if (op == hcclProd) {
-        static const double f[] = {1, -1, 2, 0.5};
-        double v = f[h % 4];
-        if (v == 2 && r >= 8)
-            v = 1; /* keep products inside fp16's range at 16 ranks */
-        if (is_int(dt))
-            v = (double)(h % 3) + (is_signed(dt) ? -1 : 1);
-        return v;
-    }
-    switch (dt) {
-    case hcclInt8: return (double)(int8_t)h;
-    case hcclUint8: return (double)(uint8_t)h;
-    case hcclInt32: return (double)(int32_t)h;
-    case hcclUint32: return (double)(uint32_t)h;
-    case hcclInt64: return (double)((int32_t)h) * 65536.0;
-    case hcclUint64: return (double)h * 65536.0;
-    default: return (double)((int)(h % 17) - 8);
-    }
-}
-
-static void store(void *buf, size_t i, hcclDataType_t dt, double v)
-{
-    switch (dt) {
-    case hcclInt8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case hcclUint8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case hcclInt32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case hcclUint32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case hcclInt64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case hcclUint64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case hcclFloat16: ((uint16_t *)buf)[i] = hccl_float_to_half((float)v); break;
-    case hcclBfloat16: ((uint16_t *)buf)[i] = hccl_float_to_bf16((float)v); break;
-    case hcclFloat32: ((float *)buf)[i] = (float)v; break;
-    case hcclFloat64: ((double *)buf)[i] = v; break;
-    default: break;
-    }
-}
-
-static double load(const void *buf, size_t i, hcclDataType_t dt)
-{
-    switch (dt) {
-    case hcclInt8: return ((const int8_t *)buf)[i];
-    case hcclUint8: return ((const uint8_t *)buf)[i];
-    case hcclInt32: return ((const int32_t *)buf)[i];
-    case hcclUint32: return ((const uint32_t *)buf)[i];
-    case hcclInt64: return (double)((const int64_t *)buf)[i];
-    case hcclUint64: return (double)((const uint64_t *)buf)[i];
-    case hcclFloat16: return hccl_half_to_float(((const uint16_t *)buf)[i]);
-    case hcclBfloat16: return hccl_bf16_to_float(((const uint16_t *)buf)[i]);
-    case hcclFloat32: return ((const float *)buf)[i];
-    case hcclFloat64: return ((const double *)buf)[i];
-    default: return 0;
-    }
-}
-
-static bool is_int(hcclDataType_t dt)
-{
-    return dt <= hcclUint64;
-}
-
-static unsigned bits_of(hcclDataType_t dt)
-{
-    return (unsigned)hccl_dtype_size(dt) * 8;
-}
-
-static bool is_signed(hcclDataType_t dt)
-{
-    return dt == hcclInt8 || dt == hcclInt32 || dt == hcclInt64;
-}
-
-/* Integer reference: arithmetic modulo 2^bits, then read back with the type's sign. */
-static double int_wrap(uint64_t v, hcclDataType_t dt)
-{
-    unsigned b = bits_of(dt);
-    uint64_t m = b == 64 ? v : v & ((1ull << b) - 1);
-    if (is_signed(dt) && b < 64 && (m >> (b - 1)))
-        return (double)(int64_t)(m | ~((1ull << b) - 1));
-    return is_signed(dt) ? (double)(int64_t)m : (double)m;
-}
-
-static double reference(hcclDataType_t dt, hcclRedOp_t op, int n, size_t i, unsigned seed)
-{
-    double acc = input_value(dt, op, 0, i, seed);
-
-    if (is_int(dt)) {
-        uint64_t u = (uint64_t)(int64_t)acc;
-        for (int r = 1; r < n; r++) {
-            double v = input_value(dt, op, r, i, seed);
-            uint64_t w = (uint64_t)(int64_t)v;
-            if (op == hcclSum || op == hcclAvg)
-                u += w;
-            else if (op == hcclProd)
-                u *= w;
-            else if (op == hcclMax)
-                acc = v > acc ? v : acc;
-            else
-                acc = v < acc ? v : acc;
-        }
-        if (op == hcclMax || op == hcclMin)
-            return acc;
-        acc = int_wrap(u, dt);
-        if (op == hcclAvg)
-            acc = is_signed(dt) ? (double)((int64_t)acc / n)
-                                : (double)((uint64_t)acc / (uint64_t)n);
-        return acc;
-    }
-    for (int r = 1; r < n; r++) {
-        double v = input_value(dt, op, r, i, seed);
-        if (op == hcclSum || op == hcclAvg)
-            acc += v;
-        else if (op == hcclProd)
-            acc *= v;
-        else if (op == hcclMax)
-            acc = v > acc ? v : acc;
-        else
-            acc = v < acc ? v : acc;
-    }
-    return op == hcclAvg ? acc / n : acc;
-}
-
-static double tolerance(hcclDataType_t dt, double ref)
-{
-    double rel = dt == hcclFloat16    ? 1e-3
-                 : dt == hcclBfloat16 ? 8e-3
-                 : dt == hcclFloat32  ? 1e-6
-                                      : 1e-12;
-    return fabs(ref) * rel + rel;
-}
-
 /* Roots 0, n-1 and one in the middle (fewer when n is small). */
 static int roots_of(int n, int *roots)
 {
@@ -193,85 +57,18 @@ static int lowbit(int v)
     return v & -v;
 }
 
-/* The buffer regions a step reads (up to 2) and writes (up to 1). */
-static int step_access(const hccl_step_t *s, hccl_bref_t *reads, hccl_bref_t *write)
-{
-    int nr = 0;
-
-    *write = hccl_bref(HCCL_NUM_SLOTS, 0);
-    if (s->kind == HCCL_STEP_SEND || s->kind == HCCL_STEP_COPY || s->kind == HCCL_STEP_REDUCE)
-        reads[nr++] = s->src;
-    if (s->kind == HCCL_STEP_REDUCE)
-        reads[nr++] = s->src2;
-    if (s->kind != HCCL_STEP_SEND)
-        *write = s->dst;
-    return nr;
-}
-
-/* SEND and RECV count as one buffer: a plan serves in-place calls too. */
-static bool overlap(hccl_bref_t a, hccl_bref_t b, size_t bytes_a, size_t bytes_b)
-{
-    bool same = a.slot == b.slot || (a.slot != HCCL_SLOT_SCRATCH && b.slot != HCCL_SLOT_SCRATCH);
-    return same && a.slot < HCCL_NUM_SLOTS && b.slot < HCCL_NUM_SLOTS && bytes_a && bytes_b &&
-           a.off < b.off + bytes_b && b.off < a.off + bytes_a;
-}
-
 /*
  * Two steps of one plan that touch overlapping memory, one of them writing, must be ordered
  * by the DAG (RAW, WAR, WAW): otherwise the result depends on timing the sim may never show.
- * Two transfers with the same peer, direction and tag would be matched by chance.
- * Ancestor sets as bitsets, filled in topological order.
+ * Two transfers with the same peer, direction and tag would be matched by chance. SEND and
+ * RECV count as one buffer: a plan serves in-place calls too.
  */
 static void check_hazards(const char *name, const hccl_plan_t *p)
 {
-    uint32_t n = p->nsteps, words = (n + 63) / 64, *left, *order, head = 0, tail = 0;
-    uint64_t *anc;
+    plan_check_t c = {.name = name, .slots = PLAN_SLOTS_SAME, .max_steps = 6000,
+                      .unique_tags = true};
 
-    if (n == 0 || n > 6000)
-        return;
-    anc = calloc((size_t)n * words, sizeof(*anc));
-    left = calloc(n, sizeof(*left));
-    order = calloc(n, sizeof(*order));
-    for (uint32_t i = 0; i < n; i++)
-        if ((left[i] = p->steps[i].ndeps) == 0)
-            order[tail++] = i;
-    while (head < tail) {
-        uint32_t i = order[head++];
-        for (uint32_t k = 0; k < p->steps[i].nsucc; k++) {
-            uint32_t j = p->succ[p->steps[i].succ_first + k];
-            for (uint32_t w = 0; w < words; w++)
-                anc[(size_t)j * words + w] |= anc[(size_t)i * words + w];
-            anc[(size_t)j * words + i / 64] |= 1ull << (i % 64);
-            if (--left[j] == 0)
-                order[tail++] = j;
-        }
-    }
-    assert_int_equal(tail, n);
-    for (uint32_t i = 0; i < n; i++) {
-        hccl_bref_t ri[2], wi, rj[2], wj;
-        int nri = step_access(&p->steps[i], ri, &wi);
-        for (uint32_t j = i + 1; j < n; j++) {
-            int nrj = step_access(&p->steps[j], rj, &wj);
-            size_t bi = p->steps[i].bytes, bj = p->steps[j].bytes;
-            bool conflict = overlap(wi, wj, bi, bj);
-            for (int a = 0; a < nrj; a++)
-                conflict = conflict || overlap(wi, rj[a], bi, bj);
-            for (int a = 0; a < nri; a++)
-                conflict = conflict || overlap(ri[a], wj, bi, bj);
-            if (p->steps[i].kind == p->steps[j].kind && p->steps[i].peer == p->steps[j].peer &&
-                p->steps[i].tag == p->steps[j].tag &&
-                (p->steps[i].kind == HCCL_STEP_SEND || p->steps[i].kind == HCCL_STEP_RECV))
-                fail_msg("%s rank %d/%d: steps %u and %u use the same peer and tag", name,
-                         p->rank, p->nranks, i, j);
-            if (conflict && !(anc[(size_t)j * words + i / 64] >> (i % 64) & 1) &&
-                !(anc[(size_t)i * words + j / 64] >> (j % 64) & 1))
-                fail_msg("%s rank %d/%d: steps %u and %u touch the same bytes unordered", name,
-                         p->rank, p->nranks, i, j);
-        }
-    }
-    free(anc);
-    free(left);
-    free(order);
+    plan_check(p, &c);
 }
 
 /*
@@ -337,7 +134,7 @@ static void check_reduce(const gen_t *g, int n, int root, size_t count, hcclData
         send[r] = malloc(bytes + 1);
         orig[r] = malloc(bytes + 1);
         for (size_t i = 0; i < count; i++)
-            store(send[r], i, dt, input_value(dt, op, r, i, seed));
+            ref_store(send[r], i, dt, ref_input(dt, op, r, i, seed));
         memcpy(orig[r], send[r], bytes);
         if (r == root && (flags & IN_PLACE))
             recv[r] = send[r];
@@ -351,8 +148,8 @@ static void check_reduce(const gen_t *g, int n, int root, size_t count, hcclData
         fail_msg("%s n=%d root=%d count=%zu %s %s chunk=%zu flags=%u: result %d", g->name, n, root,
                  count, hccl_dtype_name(dt), hccl_op_name(op), chunk, flags, (int)res);
     for (size_t i = 0; i < count; i++) {
-        double want = reference(dt, op, n, i, seed), got = load(recv[root], i, dt);
-        bool ok = is_int(dt) ? got == want : fabs(got - want) <= tolerance(dt, want);
+        double want = ref_reduce(dt, op, n, i, seed), got = ref_load(recv[root], i, dt);
+        bool ok = ref_close(dt, got, want);
         if (!ok)
             fail_msg("%s n=%d root=%d count=%zu %s %s chunk=%zu flags=%u: element %zu is %.17g, "
                      "want %.17g", g->name, n, root, count, hccl_dtype_name(dt), hccl_op_name(op),
@@ -432,7 +229,7 @@ static void check_broadcast(const gen_t *g, int n, int root, size_t count, hcclD
         buf[r] = malloc(bytes + 1);
         if (r == root)
             for (size_t i = 0; i < count; i++)
-                store(buf[r], i, dt, input_value(dt, hcclSum, r, i, seed));
+                ref_store(buf[r], i, dt, ref_input(dt, hcclSum, r, i, seed));
         else
             memset(buf[r], 0x5A, bytes + 1);
     }
