@@ -88,16 +88,35 @@ static void run_matrix(hccl_algo_t algo)
     }
 }
 
+/* 33 and 64 ranks: fewer counts, dtypes and ops, so that the run stays short. */
+static void run_many_ranks(hccl_algo_t algo)
+{
+    static const int big[] = {33, 64};
+    static const hcclDataType_t dts[] = {hcclInt32, hcclFloat16, hcclFloat64};
+    static const hcclRedOp_t ops[] = {hcclSum, hcclMax, hcclAvg};
+
+    for (size_t k = 0; k < sizeof(big) / sizeof(big[0]); k++) {
+        int n = big[k];
+        size_t counts[] = {1, (size_t)n - 1, (size_t)n + 2, 1031};
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+            for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+                for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+                    check_allreduce(algo, n, counts[c], dts[d], ops[o], (c + o) % 2 == 0);
+    }
+}
+
 static void test_ring(void **state)
 {
     (void)state;
     run_matrix(HCCL_ALGO_RING);
+    run_many_ranks(HCCL_ALGO_RING);
 }
 
 static void test_recdbl(void **state)
 {
     (void)state;
     run_matrix(HCCL_ALGO_RECDBL);
+    run_many_ranks(HCCL_ALGO_RECDBL);
 }
 
 /* Recursive doubling sends log2(p) whole buffers; folded ranks one more each way. */
