@@ -47,7 +47,6 @@ typedef struct {
     hccl_id_t id;
     int listen_fd;
     int expected;              /* communicator size, 0 until the first rank says */
-    int timeout_ms;
     int *fds;                  /* [expected] accepted rank connections, -1 if none */
     bs_hello_t *hellos;        /* [expected] */
     int joined;
@@ -319,7 +318,6 @@ hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int time
         return HCCL_FAIL(hcclSystemError, "bootstrap: out of memory");
     rt->id = *id;
     rt->listen_fd = *listen_fd;
-    rt->timeout_ms = timeout_ms;
     rt->deadline_ms = hccl_now_ms() + timeout_ms;
     if (nranks > 0 && root_alloc(rt, nranks) != hcclSuccess) {
         hccl_free(rt->fds);

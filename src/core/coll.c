@@ -53,10 +53,8 @@ void hccl_sig_describe(uint32_t sig, char *buf, size_t len)
 }
 
 /* "allreduce seq 12" or "send #3 to rank 5". */
-static void coll_describe(const struct hcclComm *comm, const struct hcclRequest *req, char *buf,
-                          size_t len)
+static void coll_describe(const struct hcclRequest *req, char *buf, size_t len)
 {
-    (void)comm;
     if (req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV)
         snprintf(buf, len, "%s #%llu %s rank %d", hccl_coll_name(req->coll),
                  (unsigned long long)(req->seq & ~HCCL_P2P_SEQ_BIT),
@@ -74,7 +72,7 @@ static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg,
     char what[96];
 
     (void)run;
-    coll_describe(comm, req, what, sizeof(what));
+    coll_describe(req, what, sizeof(what));
     if (res != hcclSuccess)
         snprintf(text, sizeof(text), "%s (%zu x %s): %s", what, req->count, hccl_dtype_name(req->dtype),
                  msg ? msg : "");
@@ -93,7 +91,7 @@ static void coll_on_timeout(void *arg)
         return; /* it ended just now; its completion is already queued */
     if (req->run)
         hccl_exec_run_pending_peers(req->run, peers, sizeof(peers));
-    coll_describe(comm, req, what, sizeof(what));
+    coll_describe(req, what, sizeof(what));
     snprintf(msg, sizeof(msg), "rank %d: %s did not finish within the exec timeout of %d ms; "
              "still waiting on %s%s", comm->rank, what, comm->params.exec_timeout_ms,
              peers[0] ? "ranks " : "",
@@ -161,7 +159,7 @@ static void coll_fail_posted(struct hcclComm *comm, struct hcclRequest *req, hcc
 {
     char msg[768], what[96];
 
-    coll_describe(comm, req, what, sizeof(what));
+    coll_describe(req, what, sizeof(what));
     snprintf(msg, sizeof(msg), "rank %d: %s could not start: %s", comm->rank, what, hccl_error_last());
     coll_finish(comm, req, res, msg);
     hccl_comm_fail(comm, res, msg);

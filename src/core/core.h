@@ -63,7 +63,6 @@ hcclResult_t hccl_error_set_quiet(hcclResult_t res, const char *fmt, ...)
 const char *hccl_error_last(void);
 /* Copies text into this thread's slot (hcclWait handing over a request's error). */
 void hccl_error_put(const char *text);
-void hccl_error_clear(void);
 
 #define HCCL_FAIL(res_x, ...) hccl_error_set((res_x), __VA_ARGS__)
 
@@ -100,9 +99,8 @@ void hccl_alloc_fail_at(long n);
 
 /* ---- time ---- */
 
-/* Monotonic milliseconds / nanoseconds. */
+/* Monotonic milliseconds. */
 int64_t hccl_now_ms(void);
-uint64_t hccl_now_ns(void);
 
 /* ---- collective signatures (coll.c) ---- */
 

@@ -55,11 +55,6 @@ void hccl_error_put(const char *text)
     snprintf(last_error, sizeof(last_error), "%s", text ? text : "");
 }
 
-void hccl_error_clear(void)
-{
-    last_error[0] = '\0';
-}
-
 HCCL_API const char *hcclGetErrorString(hcclResult_t result)
 {
     switch (result) {

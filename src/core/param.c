@@ -40,14 +40,6 @@ int64_t hccl_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-uint64_t hccl_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Number of single-character edits between a and b (for the closest known name). */
 static size_t edit_distance(const char *a, const char *b)
 {

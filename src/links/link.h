@@ -61,7 +61,7 @@ struct hccl_xfer {
     void *arg;
     /* link-private */
     hccl_xfer_t *next;
-    size_t moved;           /* bytes moved so far */
+    size_t moved;           /* bytes moved when done (checked by the link tests) */
     hcclResult_t res;
     hccl_post_t post;       /* deferred completion */
 };
@@ -70,7 +70,6 @@ typedef struct hccl_conn {
     const struct hccl_link_ops *ops;
     void *ctx;              /* borrowed: the link's per-communicator context */
     int peer;
-    int64_t last_activity_ms;
     void *priv;             /* owned by the link */
 } hccl_conn_t;
 

@@ -160,7 +160,6 @@ static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
         HCCL_WARN("shm: read(doorbell): %s", strerror(errno));
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
-        sc->conn.last_activity_ms = hccl_now_ms();
         shm_progress_conn(sc, &more);
     }
     if (more && ctx->bell_ev)
@@ -254,7 +253,6 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
         sc->conn.ops = &hccl_link_shm_ops;
         sc->conn.ctx = ctx;
         sc->conn.priv = sc;
-        sc->conn.last_activity_ms = hccl_now_ms();
         hccl_stream_init(&sc->stream, &hccl_shm_io, env->reactor, sc, env->rank, peers[i],
                          env->params->cma_threshold);
         sc->stream.comm_id = env->comm_id;

@@ -80,7 +80,6 @@ static void tcp_on_readable(evutil_socket_t fd, short what, void *arg)
     hcclResult_t res;
 
     (void)fd, (void)what;
-    tc->conn.last_activity_ms = hccl_now_ms();
     res = hccl_stream_rx(&tc->stream, TCP_RX_BUDGET);
     if (hccl_is_failure(res) && hccl_stream_closed_cleanly(&tc->stream)) {
         /* The peer said goodbye first: its EOF ends the connection, not the communicator. */
@@ -178,7 +177,6 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         tc->conn.ctx = ctx;
         tc->conn.peer = peers[i];
         tc->conn.priv = tc;
-        tc->conn.last_activity_ms = hccl_now_ms();
         hccl_stream_init(&tc->stream, &tcp_io, env->reactor, tc, env->rank, peers[i], SIZE_MAX);
         tc->stream.comm_id = env->comm_id;
         tc->ev_read = event_new(base, tc->fd, EV_READ | EV_PERSIST, tcp_on_readable, tc);
