@@ -24,6 +24,8 @@ typedef struct {
     int *leaders;    /* one rank per host, in order of the hosts' first rank */
     int nleaders;
     int my_leader;   /* my index among the leaders, or -1 */
+    int lead_local;  /* my host's leader's index in local */
+    int root_leader; /* the index among the leaders of the one leading the root's host */
     uint32_t *sinks; /* steps the next phase waits for */
     uint32_t nsinks;
 } hier_t;
@@ -57,9 +59,15 @@ static hcclResult_t hier_groups(hier_t *h, int rank, int n, const int *node_of, 
             int lead = lead_root >= 0 && node_of[lead_root] == node_of[r] ? lead_root : r;
             if (lead == rank)
                 h->my_leader = h->nleaders;
+            if (lead == lead_root)
+                h->root_leader = h->nleaders;
             h->leaders[h->nleaders++] = lead;
         }
     }
+    for (int i = 0; i < h->nlocal; i++)
+        for (int j = 0; j < h->nleaders; j++)
+            if (h->local[i] == h->leaders[j])
+                h->lead_local = i;
     return hcclSuccess;
 }
 
@@ -95,6 +103,23 @@ static hcclResult_t hier_phase(hier_t *h, hccl_plan_t *p, hccl_plan_t *sub, cons
     }
     hccl_plan_release(sub);
     return res;
+}
+
+/* The common end of both generators: size the scratch, finalize, hand the plan over. */
+static hcclResult_t hier_finish(hier_t *h, hccl_plan_t *p, size_t scratch, size_t bytes,
+                                hccl_plan_t **plan_p)
+{
+    hcclResult_t res;
+
+    p->scratch_bytes = scratch;
+    res = hccl_plan_finalize(p, bytes, bytes);
+    hier_free(h);
+    if (res != hcclSuccess) {
+        hccl_plan_release(p);
+        return res;
+    }
+    *plan_p = p;
+    return hcclSuccess;
 }
 
 hcclResult_t hccl_algo_hier_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
@@ -151,11 +176,7 @@ hcclResult_t hccl_algo_hier_allreduce(int rank, int nranks, const hccl_coll_shap
         HCCL_CHECK_GOTO(hccl_algo_tree_broadcast(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub), res, err);
         HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.local, recv, recv, &scratch, HIER_TAG_INTRA_DOWN), res, err);
     }
-    p->scratch_bytes = scratch;
-    HCCL_CHECK_GOTO(hccl_plan_finalize(p, bytes, bytes), res, err);
-    hier_free(&h);
-    *plan_p = p;
-    return hcclSuccess;
+    return hier_finish(&h, p, scratch, bytes, plan_p);
 
 err:
     hier_free(&h);
@@ -179,31 +200,18 @@ hcclResult_t hccl_algo_hier_broadcast(int rank, int nranks, const hccl_coll_shap
     HCCL_CHECK_GOTO(hccl_plan_create(rank, nranks, shape->dtype, shape->op, "hier", &p), res, err);
     /* 1. Among the leaders, from the root (the leader of its host). */
     if (h.my_leader >= 0 && h.nleaders > 1) {
-        int root_leader = 0;
-        for (int i = 0; i < h.nleaders; i++)
-            if (h.leaders[i] == shape->root)
-                root_leader = i;
-        sub_shape.root = root_leader;
+        sub_shape.root = h.root_leader;
         HCCL_CHECK_GOTO(hccl_algo_tree_broadcast(h.my_leader, h.nleaders, &sub_shape, chunk_bytes, &sub),
                         res, err);
         HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.leaders, recv, recv, &scratch, HIER_TAG_INTER), res, err);
     }
     /* 2. Inside each host, from its leader. */
     if (h.nlocal > 1) {
-        int lead_local = 0;
-        for (int i = 0; i < h.nlocal; i++)
-            for (int j = 0; j < h.nleaders; j++)
-                if (h.local[i] == h.leaders[j])
-                    lead_local = i;
-        sub_shape.root = lead_local;
+        sub_shape.root = h.lead_local;
         HCCL_CHECK_GOTO(hccl_algo_tree_broadcast(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub), res, err);
         HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.local, recv, recv, &scratch, HIER_TAG_INTRA_DOWN), res, err);
     }
-    p->scratch_bytes = scratch;
-    HCCL_CHECK_GOTO(hccl_plan_finalize(p, bytes, bytes), res, err);
-    hier_free(&h);
-    *plan_p = p;
-    return hcclSuccess;
+    return hier_finish(&h, p, scratch, bytes, plan_p);
 
 err:
     hier_free(&h);
