@@ -54,7 +54,8 @@ hcclResult_t sim_run_plans(int n, hccl_plan_t **plans, void **sendbufs, void **r
         if (res == hcclSuccess && (!st[i].done || st[i].res != hcclSuccess))
             res = st[i].done ? st[i].res : hcclInProgress;
     }
-    /* Unfinished runs (a deadlock) still hold transfers: fail them before freeing. */
+    /* After a deadlock the stuck runs still reference the sim world: their executors are left
+     * (the test fails anyway), rather than freed under them. */
     for (int i = 0; i < n; i++)
         if (ex[i] && hccl_exec_inflight(ex[i]) == 0)
             hccl_exec_destroy(ex[i]);
