@@ -184,6 +184,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
                                             ? config->eventBase
                                             : NULL,
                                         rank, &comm->reactor), res, err_report);
+    hccl_reactor_set_spin(comm->reactor, (int64_t)comm->params.spin_us * 1000);
     comm->env.rank = rank;
     comm->env.nranks = nranks;
     comm->env.reactor = comm->reactor;

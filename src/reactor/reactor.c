@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "reactor/reactor_impl.h"
@@ -61,6 +63,69 @@ static void reactor_on_wake(evutil_socket_t fd, short what, void *arg)
     reactor_run_posts(r);
 }
 
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void reactor_set_polling(hccl_reactor_t *r, bool on)
+{
+    atomic_store(&r->polling, on);
+    for (int i = 0; i < r->npollers; i++)
+        if (r->pollers[i].set_polling)
+            r->pollers[i].set_polling(r->pollers[i].arg, on);
+}
+
+/* Posts and pollers, without any system call; true if anything moved. */
+static bool reactor_poll_once(hccl_reactor_t *r)
+{
+    bool moved = false;
+
+    if (atomic_load(&r->post_head)) {
+        reactor_run_posts(r);
+        moved = true;
+    }
+    for (int i = 0; i < r->npollers; i++)
+        moved |= r->pollers[i].poll(r->pollers[i].arg);
+    return moved;
+}
+
+/*
+ * Spins until spin_ns pass without progress; true if the last look found work. Sockets and timers are looked at every few
+ * rounds (an epoll_wait of 0); each idle round yields, so that ranks sharing a core with us
+ * still run: on an oversubscribed machine the peer we wait for may need this very core.
+ */
+static bool reactor_spin(hccl_reactor_t *r)
+{
+    int64_t idle_since = mono_ns();
+
+    reactor_set_polling(r, true);
+    for (unsigned round = 0; !atomic_load(&r->stopping); round++) {
+        bool moved = reactor_poll_once(r);
+        if ((round & 7) == 7)
+            event_base_loop(r->base, EVLOOP_NONBLOCK);
+        if (moved) {
+            idle_since = mono_ns();
+            continue;
+        }
+        if (atomic_load(&r->pending) == 0 && (round & 63) == 63) {
+            /* Nothing in flight: linger only as long as a next post would be cheap to catch. */
+            if (mono_ns() - idle_since > r->spin_ns / 4)
+                break;
+        }
+        if (mono_ns() - idle_since > r->spin_ns)
+            break;
+        sched_yield();
+    }
+    /* Clear the flags first, then look once more: a peer that saw them set did not ring.
+     * Something found now starts another spell. */
+    reactor_set_polling(r, false);
+    return reactor_poll_once(r);
+}
+
 static void *reactor_thread_main(void *arg)
 {
     hccl_reactor_t *r = arg;
@@ -72,6 +137,8 @@ static void *reactor_thread_main(void *arg)
             HCCL_WARN("reactor: event_base_loop failed; progress thread stops");
             break;
         }
+        while (r->spin_ns > 0 && !atomic_load(&r->stopping) && reactor_spin(r))
+            ;
     }
     reactor_run_posts(r);
     return NULL;
@@ -215,8 +282,10 @@ void hccl_reactor_post(hccl_reactor_t *r, hccl_post_t *post)
     do {
         post->next = head;
     } while (!atomic_compare_exchange_weak(&r->post_head, &head, post));
-    /* Only the push onto an empty queue rings: the reactor drains it all at once. */
-    if (head == NULL)
+    /* Only the push onto an empty queue rings (the reactor drains it all at once), and only
+     * when the progress thread sleeps: a spinning one finds the post by itself. Both sides
+     * use sequentially consistent accesses, so one of them sees the other. */
+    if (head == NULL && !atomic_load(&r->polling))
         hccl_reactor_wake(r);
 }
 
@@ -281,9 +350,29 @@ bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms)
     return rc >= 0;
 }
 
-int hccl_reactor_completion_fd(const hccl_reactor_t *r)
+int hccl_reactor_completion_fd(hccl_reactor_t *r)
 {
+    atomic_store(&r->completion_fd_used, true);
     return r->completion_fd;
+}
+
+hcclResult_t hccl_reactor_add_poller(hccl_reactor_t *r, const hccl_poller_t *p)
+{
+    if (r->npollers == HCCL_REACTOR_MAX_POLLERS)
+        return HCCL_FAIL(hcclInternalError, "reactor: more than %d pollers", HCCL_REACTOR_MAX_POLLERS);
+    r->pollers[r->npollers++] = *p;
+    return hcclSuccess;
+}
+
+void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns)
+{
+    /* A borrowed loop is run by its owner: we cannot spin in it. */
+    r->spin_ns = r->owns_base ? spin_ns : 0;
+}
+
+int64_t hccl_reactor_spin_ns(const hccl_reactor_t *r)
+{
+    return r->spin_ns;
 }
 
 /* ---- timers ---- */

@@ -52,6 +52,23 @@ bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms);
 /* True inside a callback of the caller's event_base loop on this thread (external reactors). */
 bool hccl_reactor_in_callback(hccl_reactor_t *r);
 
+/*
+ * Something the progress thread checks while it spins: poll() makes whatever progress is
+ * ready without blocking and says whether there was any; set_polling() tells the other side
+ * (e.g. a peer process) whether it must ring a doorbell to be noticed. Registered before
+ * hccl_reactor_start.
+ */
+#define HCCL_REACTOR_MAX_POLLERS 4
+typedef struct {
+    bool (*poll)(void *arg);
+    void (*set_polling)(void *arg, bool on);
+    void *arg;
+} hccl_poller_t;
+hcclResult_t hccl_reactor_add_poller(hccl_reactor_t *r, const hccl_poller_t *p);
+/* How long the progress thread and waiters spin without progress before they sleep (0: never). */
+void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns);
+int64_t hccl_reactor_spin_ns(const hccl_reactor_t *r);
+
 /* Timers (reactor thread only). */
 typedef void (*hccl_timer_cb_t)(void *arg);
 typedef struct hccl_timer hccl_timer_t;
@@ -62,7 +79,7 @@ void hccl_timer_cancel(hccl_timer_t *t);
 void hccl_timer_destroy(hccl_timer_t *t);
 
 /* Completion notification shared by the requests of one reactor. */
-int hccl_reactor_completion_fd(const hccl_reactor_t *r);
+int hccl_reactor_completion_fd(hccl_reactor_t *r);
 
 /* ---- requests (request.c) ---- */
 

@@ -22,6 +22,15 @@ struct hccl_reactor {
     pthread_mutex_t done_mtx;      /* request state transitions */
     pthread_cond_t done_cond;
     int completion_fd;             /* eventfd counter of completed requests */
+    atomic_bool completion_fd_used; /* written only once someone asked for it: a syscall less */
+    /* Polling: after any event the progress thread keeps checking the post queue and the
+     * pollers for spin_ns without progress before it sleeps in epoll, because a sleep and
+     * wake-up costs far more than a small collective. */
+    int64_t spin_ns;
+    atomic_bool polling;           /* the progress thread is spinning: posters need not ring */
+    atomic_int pending;            /* requests created and not yet complete */
+    hccl_poller_t pollers[HCCL_REACTOR_MAX_POLLERS];
+    int npollers;
 };
 
 void hccl_reactor_wake(hccl_reactor_t *r);

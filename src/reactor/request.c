@@ -1,5 +1,6 @@
 /* Requests: the non-blocking handle, its completion, and the public wait/test calls. */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@ hcclResult_t hccl_request_create(hccl_reactor_t *r, struct hcclRequest **req_p)
     req->reactor = r;
     hccl_reactor_retain(r); /* the wait state must outlive the communicator for this handle */
     req->state = HCCL_REQ_PENDING;
+    atomic_fetch_add(&r->pending, 1);
     *req_p = req;
     return hcclSuccess;
 }
@@ -74,10 +76,11 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
         cb(req, res, req->cb_arg);
         pthread_mutex_lock(&r->done_mtx);
     }
-    req->state = HCCL_REQ_DONE;
+    __atomic_store_n(&req->state, HCCL_REQ_DONE, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&r->done_cond);
     pthread_mutex_unlock(&r->done_mtx);
-    if (write(fd, &one, sizeof(one)) < 0)
+    atomic_fetch_sub(&r->pending, 1);
+    if (atomic_load(&r->completion_fd_used) && write(fd, &one, sizeof(one)) < 0)
         HCCL_WARN("request: write(completion fd): %s", strerror(errno));
     hccl_request_release(req);
 }
@@ -103,10 +106,32 @@ static hcclResult_t request_finish(hcclRequest_t *req_p)
     return res;
 }
 
+/* The progress thread is about to finish it: watching the state is cheaper than a futex
+ * sleep and wake-up. Yields, so that on a full machine the thread we wait for gets to run. */
+static void request_spin(struct hcclRequest *req)
+{
+    int64_t spin_ns = hccl_reactor_spin_ns(req->reactor);
+    struct timespec t0, t;
+
+    if (spin_ns <= 0)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned round = 0; __atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != HCCL_REQ_DONE; round++) {
+        if ((round & 15) == 15) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec) > spin_ns)
+                return;
+        }
+        sched_yield();
+    }
+}
+
 static void request_block(struct hcclRequest *req)
 {
     hccl_reactor_t *r = req->reactor;
 
+    if (!hccl_reactor_is_external(r))
+        request_spin(req);
     pthread_mutex_lock(&r->done_mtx);
     while (req->state != HCCL_REQ_DONE) {
         struct timespec ts;

@@ -30,6 +30,11 @@ typedef struct {
 #define SHM_RING_HDR_BYTES 256
 #define SHM_SEG_HDR_BYTES 4096
 
+/* The head of a rank's receive segment. */
+typedef struct {
+    _Alignas(64) _Atomic uint32_t polling; /* its progress thread spins: senders need not ring */
+} shm_seg_hdr_t;
+
 typedef struct shm_conn {
     hccl_conn_t conn;          /* conn.priv points back here */
     struct shm_ctx *ctx;       /* borrowed */

@@ -78,7 +78,10 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
         }
     }
     atomic_store_explicit(&r->head, head + done, memory_order_release);
-    ring_bell(sc->peer_bell);
+    /* Pairs with the receiver's flag-clear-then-look (shm_set_polling, then shm_poll). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&((shm_seg_hdr_t *)sc->peer_seg)->polling, memory_order_relaxed))
+        ring_bell(sc->peer_bell);
     return (ssize_t)done;
 }
 
@@ -166,6 +169,32 @@ static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
         event_active(ctx->bell_ev, EV_READ, 0); /* budget used up: come back after the others */
 }
 
+/* The reactor's poller: the rings that hold data, without reading the doorbell. */
+static bool shm_poll(void *arg)
+{
+    shm_ctx_t *ctx = arg;
+    bool moved = false, more = false;
+
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        shm_ring_hdr_t *r = sc->rx_ring;
+        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+        if (!sc->stream.failed && atomic_load_explicit(&r->head, memory_order_acquire) != tail) {
+            shm_progress_conn(sc, &more);
+            /* Progress is what was consumed: a stalled ring must not keep the thread spinning. */
+            moved |= atomic_load_explicit(&r->tail, memory_order_relaxed) != tail;
+        }
+    }
+    return moved;
+}
+
+static void shm_set_polling(void *arg, bool on)
+{
+    shm_ctx_t *ctx = arg;
+
+    atomic_store_explicit(&((shm_seg_hdr_t *)ctx->seg)->polling, on, memory_order_seq_cst);
+}
+
 static void shm_on_peer_gone(evutil_socket_t fd, short what, void *arg)
 {
     shm_conn_t *sc = arg;
@@ -248,6 +277,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
     ctx->bell_ev = event_new(base, ctx->bell_fd, EV_READ | EV_PERSIST, shm_on_bell, ctx);
     if (!ctx->bell_ev || event_add(ctx->bell_ev, NULL) != 0)
         return HCCL_FAIL(hcclSystemError, "shm: cannot register the doorbell");
+    HCCL_CHECK(hccl_reactor_add_poller(env->reactor, &(hccl_poller_t){shm_poll, shm_set_polling, ctx}));
     for (int i = 0; i < npeers; i++) {
         shm_conn_t *sc = ctx->conns[peers[i]];
         sc->conn.ops = &hccl_link_shm_ops;
