@@ -152,6 +152,7 @@ static uint64_t config_hash(const hccl_params_t *p)
     for (size_t i = 0; i < sizeof(p->buffsize); i++)
         h = (h ^ ((p->buffsize >> (8 * i)) & 0xff)) * 1099511628211ull;
     h = (h ^ (uint64_t)p->check) * 1099511628211ull;
+    h = (h ^ (uint64_t)p->calibrate) * 1099511628211ull;
     for (size_t i = 0; p->cost_model[i]; i++)
         h = (h ^ (unsigned char)p->cost_model[i]) * 1099511628211ull;
     return h;
@@ -227,8 +228,16 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
         comm->node_of[r] = q;
     }
     hccl_tuner_set_topology(&comm->tuner, comm->node_of, nranks);
-    hccl_topo_report(comm);
     HCCL_CHECK_GOTO(hccl_reactor_start(comm->reactor), res, err_free);
+    if (hccl_reactor_is_external(comm->reactor) && hccl_reactor_in_callback(comm->reactor) &&
+        comm->params.calibrate && !comm->params.cost_model[0] && nranks > 1) {
+        res = HCCL_FAIL(hcclInvalidUsage, "communicator start-up called from a callback of the loop "
+                                          "given as eventBase: it runs collectives to measure the "
+                                          "links (set HCCL_COST_MODEL or HCCL_CALIBRATE=0 to skip them)");
+        goto err_free;
+    }
+    HCCL_CHECK_GOTO(hccl_comm_calibrate(comm), res, err_free);
+    hccl_topo_report(comm);
     HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d ready (communicator %016llx, host %s)", rank, nranks,
               (unsigned long long)bs.comm_id, card.host);
     *comm_p = comm;

@@ -54,6 +54,8 @@ hccl_cost_class_t hccl_topo_cost_class(const hccl_card_t *cards, int nranks);
 struct hcclComm;
 /* Logs the tuner's picks at INFO (rank 0) and writes HCCL_TOPO_DUMP as JSON. */
 void hccl_topo_report(const struct hcclComm *comm);
+/* Measures the tuner's constants with a few AllReduces (calibrate.c); every rank must call it. */
+hcclResult_t hccl_comm_calibrate(struct hcclComm *comm);
 
 struct hcclComm {
     uint32_t magic;
@@ -70,6 +72,7 @@ struct hcclComm {
     hccl_exec_t *exec;               /* owned */
     hccl_plan_cache_t *plans;        /* owned; reactor thread only */
     hccl_tuner_t tuner;
+    bool model_measured;             /* the tuner's constants come from hccl_comm_calibrate */
     atomic_ullong next_seq;
     atomic_ullong *p2p_send_seq;     /* owned, [nranks]: point-to-point sends posted per peer */
     atomic_ullong *p2p_recv_seq;     /* owned, [nranks]: receives posted per peer */

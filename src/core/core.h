@@ -129,6 +129,7 @@ typedef struct hccl_params {
     size_t cma_threshold;            /* shm: messages of at least this many bytes go single-copy */
     char host_id[HCCL_NAME_STRLEN];  /* HCCL_HOST_ID override of host identity, "" = detect */
     int check;                       /* HCCL_CHECK: compare every collective's signature first */
+    int calibrate;                   /* HCCL_CALIBRATE: measure the tuner's constants at start */
     int spin_us;                     /* HCCL_SPIN_US: poll this long without progress, then sleep */
     char cost_model[HCCL_NAME_STRLEN]; /* HCCL_COST_MODEL "alpha_us,GB/s,reduce_GB/s", "" = default */
     char topo_dump[256];             /* HCCL_TOPO_DUMP path, "" = none */

@@ -19,7 +19,7 @@ static const char *const known_vars[] = {
     "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
     "HCCL_REDUCE_ISA",
-    "HCCL_COST_MODEL",   "HCCL_SPIN_US",
+    "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",
 };
 
 /* Names of the API that this version does not act on yet: setting one warns instead of
@@ -157,6 +157,7 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
         p->nsocks = 1;
     }
     p->check = hccl_param_env_long("HCCL_CHECK", 0) != 0;
+    p->calibrate = hccl_param_env_long("HCCL_CALIBRATE", 1) != 0;
     p->spin_us = (int)hccl_param_env_long("HCCL_SPIN_US", HCCL_DEFAULT_SPIN_US);
     p->cma_threshold = (size_t)hccl_param_env_long("HCCL_CMA_THRESHOLD", HCCL_DEFAULT_CMA_THRESHOLD);
     env_string("HCCL_ALGO", p->algo, sizeof(p->algo));

@@ -134,9 +134,12 @@ static void topo_write_json(const struct hcclComm *comm, FILE *f)
         int id = r == comm->rank ? -1 : comm->link_of[r];
         fprintf(f, "%s\"%d\": \"%s\"", r ? ", " : "", r, id < 0 ? "self" : hccl_link_by_id(id)->name);
     }
-    fprintf(f, "},\n  \"cost_model\": {\"class\": \"%s\", \"alpha_us\": %.3f, \"bandwidth_GBps\": %.3f, "
-               "\"reduce_GBps\": %.3f},\n  \"chunk_bytes\": %zu,\n  \"algorithms\": {",
-            comm->tuner.cls == HCCL_COST_TCP ? "tcp" : "shm", m->alpha_us,
+    fprintf(f, "},\n  \"cost_model\": {\"class\": \"%s\", \"source\": \"%s\", \"alpha_us\": %.3f, "
+               "\"bandwidth_GBps\": %.3f, \"reduce_GBps\": %.3f},\n  \"chunk_bytes\": %zu,\n"
+               "  \"algorithms\": {",
+            comm->tuner.cls == HCCL_COST_TCP ? "tcp" : "shm",
+            comm->model_measured ? "measured" : comm->params.cost_model[0] ? "HCCL_COST_MODEL" : "default",
+            m->alpha_us,
             1.0 / m->beta_us_per_byte / 1000.0, 1.0 / m->gamma_us_per_byte / 1000.0,
             comm->tuner.chunk_bytes);
     for (size_t c = 0; c < sizeof(report_colls) / sizeof(report_colls[0]); c++) {

@@ -188,10 +188,14 @@ static void *abort_rank(void *p)
         while (!*a->aborted)
             pthread_cond_wait(a->cond, a->mtx);
         pthread_mutex_unlock(a->mtx);
-        /* The peer is gone: refused at once, or failed when its EOF is read. */
-        a->res = hcclAllReduceAsync(buf, buf, 64, hcclFloat32, hcclSum, comm, &req);
-        if (a->res == hcclSuccess)
-            a->res = hcclWait(&req);
+        /* The peer is gone: refused at once, or failed when its EOF is read. The first may also
+         * succeed: rank 0 sent its part before it aborted, and ours fit in its ring. The second
+         * cannot. */
+        for (int i = 0; i < 2 && a->res == hcclSuccess; i++) {
+            a->res = hcclAllReduceAsync(buf, buf, 64, hcclFloat32, hcclSum, comm, &req);
+            if (a->res == hcclSuccess)
+                a->res = hcclWait(&req);
+        }
         hcclCommAbort(comm);
     }
     return NULL;
