@@ -106,10 +106,12 @@ hcclResult_t hccl_algo_pairwise_alltoallv(int rank, int nranks, const hccl_coll_
 hcclResult_t hccl_algo_dissemination_barrier(int rank, int nranks, const hccl_coll_shape_t *shape,
                                              size_t chunk_bytes, hccl_plan_t **plan_p);
 
-/* Two-level AllReduce and Broadcast; node_of[r] is rank r's host index. */
+/* Two-level AllReduce, Broadcast and AllGather; node_of[r] is rank r's host index. */
 hcclResult_t hccl_algo_hier_allreduce(int rank, int nranks, const hccl_coll_shape_t *shape,
                                       const int *node_of, size_t chunk_bytes, hccl_plan_t **plan_p);
 hcclResult_t hccl_algo_hier_broadcast(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      const int *node_of, size_t chunk_bytes, hccl_plan_t **plan_p);
+hcclResult_t hccl_algo_hier_allgather(int rank, int nranks, const hccl_coll_shape_t *shape,
                                       const int *node_of, size_t chunk_bytes, hccl_plan_t **plan_p);
 
 /* Send (SEND slot) or receive (RECV slot) of count elements with peer shape->root, tag 0. */

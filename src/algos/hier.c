@@ -1,14 +1,17 @@
 /*
- * Hierarchical (two-level) AllReduce and Broadcast for communicators that
- * span several hosts with several ranks each: inside a host over shm, between
- * hosts over the network among one leader per host, so that only the leaders'
- * traffic crosses the network. Built by placing the one-level plans of the
- * other generators (tree, ring, recursive doubling) inside one plan:
+ * Hierarchical (two-level) AllReduce, Broadcast and AllGather for communicators
+ * that span several hosts with several ranks each: inside a host over shm,
+ * between hosts over the network among one leader per host, so that only the
+ * leaders' traffic crosses the network. Built by placing the one-level plans of
+ * the other generators (tree, chain, ring, recursive doubling) inside one plan:
  *
  *   AllReduce: reduce to the host's leader -> AllReduce among leaders -> broadcast from it
  *   Broadcast: broadcast among leaders (the root leads its host) -> broadcast in each host
+ *   AllGather: gather the host's blocks at its leader -> ring among leaders, a host's
+ *              blocks per step -> broadcast of the whole result in each host
  *
- * node_of gives every rank's host index.
+ * node_of gives every rank's host index; a host's ranks need not be contiguous
+ * in rank order.
  */
 #include "algos/algos.h"
 
@@ -105,14 +108,14 @@ static hcclResult_t hier_phase(hier_t *h, hccl_plan_t *p, hccl_plan_t *sub, cons
     return res;
 }
 
-/* The common end of both generators: size the scratch, finalize, hand the plan over. */
-static hcclResult_t hier_finish(hier_t *h, hccl_plan_t *p, size_t scratch, size_t bytes,
-                                hccl_plan_t **plan_p)
+/* The common end of the generators: size the scratch, finalize, hand the plan over. */
+static hcclResult_t hier_finish(hier_t *h, hccl_plan_t *p, size_t scratch, size_t send_bytes,
+                                size_t recv_bytes, hccl_plan_t **plan_p)
 {
     hcclResult_t res;
 
     p->scratch_bytes = scratch;
-    res = hccl_plan_finalize(p, bytes, bytes);
+    res = hccl_plan_finalize(p, send_bytes, recv_bytes);
     hier_free(h);
     if (res != hcclSuccess) {
         hccl_plan_release(p);
@@ -176,7 +179,7 @@ hcclResult_t hccl_algo_hier_allreduce(int rank, int nranks, const hccl_coll_shap
         HCCL_CHECK_GOTO(hccl_algo_tree_broadcast(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub), res, err);
         HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.local, recv, recv, &scratch, HIER_TAG_INTRA_DOWN), res, err);
     }
-    return hier_finish(&h, p, scratch, bytes, plan_p);
+    return hier_finish(&h, p, scratch, bytes, bytes, plan_p);
 
 err:
     hier_free(&h);
@@ -211,9 +214,150 @@ hcclResult_t hccl_algo_hier_broadcast(int rank, int nranks, const hccl_coll_shap
         HCCL_CHECK_GOTO(hccl_algo_tree_broadcast(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub), res, err);
         HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.local, recv, recv, &scratch, HIER_TAG_INTRA_DOWN), res, err);
     }
-    return hier_finish(&h, p, scratch, bytes, plan_p);
+    return hier_finish(&h, p, scratch, bytes, bytes, plan_p);
 
 err:
+    hier_free(&h);
+    hccl_plan_release(p);
+    return res;
+}
+
+/* The next run of consecutive ranks of host, at or after rank from: [*a_p, *e_p). */
+static bool host_run(const int *node_of, int n, int host, int from, int *a_p, int *e_p)
+{
+    int a = from, e;
+
+    while (a < n && node_of[a] != host)
+        a++;
+    if (a == n)
+        return false;
+    for (e = a; e < n && node_of[e] == host; e++)
+        ;
+    *a_p = a;
+    *e_p = e;
+    return true;
+}
+
+/*
+ * Leader i of H sends to leader i+1 and receives from leader i-1. Step s forwards the blocks
+ * of host i-s (its own at s = 0) and receives those of host i-s-1, one transfer per run of
+ * consecutive ranks of that host, tagged with the run's first rank: a run crosses each pair
+ * of leaders once, and both ends cut a host into the same runs. avail[b] is the step after
+ * which block b is in RECV; receives wait for nothing (they write blocks nobody else touches).
+ */
+static hcclResult_t ring_among_leaders(hier_t *h, hccl_plan_t *p, const int *node_of, int n,
+                                       size_t bsz, uint32_t *avail)
+{
+    int nl = h->nleaders, i = h->my_leader;
+    int next = h->leaders[(i + 1) % nl], prev = h->leaders[(i + nl - 1) % nl];
+
+    for (int s = 0; s < nl - 1; s++) {
+        int send_host = node_of[h->leaders[(i - s + nl) % nl]];
+        int recv_host = node_of[h->leaders[(i - s - 1 + 2 * nl) % nl]];
+        int a, e;
+
+        for (int r = 0; host_run(node_of, n, send_host, r, &a, &e); r = e) {
+            uint32_t sid, last = UINT32_MAX;
+            HCCL_CHECK(hccl_plan_send(p, next, HIER_TAG_INTER + (uint32_t)a,
+                                      hccl_bref(HCCL_SLOT_RECV, (size_t)a * bsz),
+                                      (size_t)(e - a) * bsz, &sid));
+            /* A run received whole has one step for all its blocks: one edge is enough. */
+            for (int b = a; b < e; b++) {
+                if (avail[b] == last)
+                    continue;
+                last = avail[b];
+                HCCL_CHECK(hccl_plan_dep(p, last, sid));
+            }
+        }
+        for (int r = 0; host_run(node_of, n, recv_host, r, &a, &e); r = e) {
+            uint32_t rid;
+            HCCL_CHECK(hccl_plan_recv(p, prev, HIER_TAG_INTER + (uint32_t)a,
+                                      hccl_bref(HCCL_SLOT_RECV, (size_t)a * bsz),
+                                      (size_t)(e - a) * bsz, &rid));
+            for (int b = a; b < e; b++)
+                avail[b] = rid;
+            h->sinks[h->nsinks++] = rid;
+        }
+    }
+    return hcclSuccess;
+}
+
+/*
+ * Bytes across hosts: leader i sends every block but those of the host after it, so each
+ * host receives exactly the n - L_h blocks it lacks, (H - 1) * n blocks in all, the least
+ * any AllGather can move between H hosts; inside host h, (L_h - 1) blocks go up and
+ * (L_h - 1) copies of the n-block result come down.
+ */
+hcclResult_t hccl_algo_hier_allgather(int rank, int nranks, const hccl_coll_shape_t *shape,
+                                      const int *node_of, size_t chunk_bytes, hccl_plan_t **plan_p)
+{
+    size_t bsz = shape->count * hccl_dtype_size(shape->dtype), scratch = 0;
+    size_t total = (size_t)nranks * bsz;
+    hccl_bref_t recv = hccl_bref(HCCL_SLOT_RECV, 0), send = hccl_bref(HCCL_SLOT_SEND, 0);
+    hccl_coll_shape_t sub_shape = *shape;
+    hier_t h = {0};
+    hccl_plan_t *p = NULL, *sub;
+    uint32_t *avail = NULL, id;
+    hcclResult_t res;
+
+    if (!node_of)
+        return HCCL_FAIL(hcclInternalError, "hier: no topology");
+    HCCL_CHECK_GOTO(hier_groups(&h, rank, nranks, node_of, -1), res, err);
+    HCCL_CHECK_GOTO(hccl_plan_create(rank, nranks, shape->dtype, shape->op, "hier", &p), res, err);
+    if (bsz == 0) /* every block empty: nothing to move on any rank */
+        return hier_finish(&h, p, 0, 0, 0, plan_p);
+    /* 1. The host's blocks to its leader, each straight into its place in the leader's RECV. */
+    if (h.my_leader < 0) {
+        HCCL_CHECK_GOTO(hccl_plan_send(p, h.local[h.lead_local], HIER_TAG_INTRA_UP, send, bsz, &id),
+                        res, err);
+        h.sinks[h.nsinks++] = id;
+    } else {
+        avail = hccl_calloc((size_t)nranks, sizeof(*avail));
+        if (!avail) {
+            res = HCCL_FAIL(hcclSystemError, "hier: out of memory");
+            goto err;
+        }
+        for (int b = 0; b < nranks; b++)
+            avail[b] = UINT32_MAX; /* a dependency on a block not yet here fails the build */
+        /* In place SEND is RECV's block rank and the copy a no-op. */
+        HCCL_CHECK_GOTO(hccl_plan_copy(p, hccl_bref(HCCL_SLOT_RECV, (size_t)rank * bsz), send, bsz,
+                                       &avail[rank]), res, err);
+        h.sinks[h.nsinks++] = avail[rank];
+        for (int q = 0; q < h.nlocal; q++) {
+            if (h.local[q] == rank)
+                continue;
+            HCCL_CHECK_GOTO(hccl_plan_recv(p, h.local[q], HIER_TAG_INTRA_UP,
+                                           hccl_bref(HCCL_SLOT_RECV, (size_t)h.local[q] * bsz), bsz,
+                                           &avail[h.local[q]]), res, err);
+            h.sinks[h.nsinks++] = avail[h.local[q]];
+        }
+        /* 2. The hosts' blocks around the ring of leaders. */
+        HCCL_CHECK_GOTO(ring_among_leaders(&h, p, node_of, nranks, bsz, avail), res, err);
+    }
+    /* 3. The whole result from the leader to its host, tree or chain, whichever the shm model
+     * finds faster. On the others it waits for their send of step 1: in place, the broadcast
+     * overwrites the block that send reads. */
+    if (h.nlocal > 1) {
+        hccl_cost_t shm = hccl_cost_default(HCCL_COST_SHM);
+        bool chain = hccl_cost_estimate(&shm, HCCL_COLL_BROADCAST, HCCL_ALGO_CHAIN, total, h.nlocal,
+                                        chunk_bytes) <
+                     hccl_cost_estimate(&shm, HCCL_COLL_BROADCAST, HCCL_ALGO_TREE, total, h.nlocal,
+                                        chunk_bytes);
+
+        sub_shape.coll = HCCL_COLL_BROADCAST;
+        sub_shape.count = (size_t)nranks * shape->count;
+        sub_shape.root = h.lead_local;
+        res = chain ? hccl_algo_chain_broadcast(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub)
+                    : hccl_algo_tree_broadcast(h.my_local, h.nlocal, &sub_shape, chunk_bytes, &sub);
+        HCCL_CHECK_GOTO(res, res, err);
+        HCCL_CHECK_GOTO(hier_phase(&h, p, sub, h.local, recv, recv, &scratch, HIER_TAG_INTRA_DOWN),
+                        res, err);
+    }
+    hccl_free(avail);
+    return hier_finish(&h, p, scratch, bsz, total, plan_p);
+
+err:
+    hccl_free(avail);
     hier_free(&h);
     hccl_plan_release(p);
     return res;

@@ -24,7 +24,7 @@ static const unsigned coll_algos[HCCL_NUM_COLLS] = {
     [HCCL_COLL_ALLREDUCE] = A(RING) | A(RECDBL) | A(RABENSEIFNER) | A(TREE) | A(HIER),
     [HCCL_COLL_BROADCAST] = A(TREE) | A(CHAIN) | A(SCATTER_ALLGATHER) | A(HIER),
     [HCCL_COLL_REDUCE] = A(TREE) | A(CHAIN),
-    [HCCL_COLL_ALLGATHER] = A(RING) | A(RECDBL) | A(BRUCK),
+    [HCCL_COLL_ALLGATHER] = A(RING) | A(RECDBL) | A(BRUCK) | A(HIER),
     [HCCL_COLL_REDUCESCATTER] = A(RING) | A(RECHALV),
     [HCCL_COLL_ALLTOALL] = A(PAIRWISE) | A(BRUCK),
     [HCCL_COLL_ALLTOALLV] = A(PAIRWISE),
@@ -197,10 +197,12 @@ hcclResult_t hccl_algo_build(const hccl_tuner_t *t, hccl_algo_t algo, int rank, 
                          hccl_coll_name(shape->coll));
     if (algo == HCCL_ALGO_HIER && !t->node_of)
         return HCCL_FAIL(hcclInvalidUsage, "the hier algorithm needs ranks on several hosts");
+    if (algo == HCCL_ALGO_HIER && shape->coll == HCCL_COLL_ALLREDUCE)
+        return hccl_algo_hier_allreduce(rank, nranks, shape, t->node_of, chunk, plan_p);
+    if (algo == HCCL_ALGO_HIER && shape->coll == HCCL_COLL_ALLGATHER)
+        return hccl_algo_hier_allgather(rank, nranks, shape, t->node_of, chunk, plan_p);
     if (algo == HCCL_ALGO_HIER)
-        return shape->coll == HCCL_COLL_ALLREDUCE
-                   ? hccl_algo_hier_allreduce(rank, nranks, shape, t->node_of, chunk, plan_p)
-                   : hccl_algo_hier_broadcast(rank, nranks, shape, t->node_of, chunk, plan_p);
+        return hccl_algo_hier_broadcast(rank, nranks, shape, t->node_of, chunk, plan_p);
     switch (shape->coll) {
     case HCCL_COLL_ALLREDUCE:
         if (algo == HCCL_ALGO_RING)
