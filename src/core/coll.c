@@ -351,6 +351,9 @@ static void coll_on_post(hccl_post_t *post)
         coll_start(comm, req);
 }
 
+/* Set by a blocking entry point around its Async call: the request is waited for at once. */
+static _Thread_local bool tl_blocking_call;
+
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req)
 {
     req->owner = comm;
@@ -364,7 +367,11 @@ hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req)
     pthread_mutex_lock(&comm->mtx);
     comm->outstanding++;
     pthread_mutex_unlock(&comm->mtx);
-    hccl_reactor_post(comm->reactor, &req->post);
+    if (tl_blocking_call)
+        hccl_reactor_post_then_help(comm->reactor, &req->post);
+    else
+        hccl_reactor_post(comm->reactor, &req->post);
+    tl_blocking_call = false;
     return hcclSuccess;
 }
 
@@ -452,6 +459,7 @@ static hcclResult_t coll_submit(struct hcclComm *comm, const char *fn, coll_call
 /* The blocking forms: Async + Wait. */
 static hcclResult_t coll_block(hcclResult_t posted, hcclRequest_t *req)
 {
+    tl_blocking_call = false;
     return posted != hcclSuccess ? posted : hcclWait(req);
 }
 
@@ -461,6 +469,7 @@ static hcclResult_t check_blocking(struct hcclComm *comm, const char *fn)
     if (hccl_reactor_in_loop(comm->reactor))
         return HCCL_FAIL(hcclInvalidUsage, "%s: the blocking form was called from a callback of the "
                                            "communicator; it would never finish", fn);
+    tl_blocking_call = true;
     return hcclSuccess;
 }
 

@@ -228,6 +228,13 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
         comm->node_of[r] = q;
     }
     hccl_tuner_set_topology(&comm->tuner, comm->node_of, nranks);
+    {
+        /* Only shm is polled: with a socket in the communicator, a waiter cannot drive it. */
+        bool all_shm = true;
+        for (int r = 0; r < nranks; r++)
+            all_shm &= r == rank || comm->link_of[r] == HCCL_LINK_SHM;
+        hccl_reactor_set_drivable(comm->reactor, all_shm);
+    }
     HCCL_CHECK_GOTO(hccl_reactor_start(comm->reactor), res, err_free);
     if (hccl_reactor_is_external(comm->reactor) && hccl_reactor_in_callback(comm->reactor) &&
         comm->params.calibrate && !comm->params.cost_model[0] && nranks > 1) {

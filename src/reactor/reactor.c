@@ -60,7 +60,19 @@ static void reactor_on_wake(evutil_socket_t fd, short what, void *arg)
     /* Read before running: a post that lands meanwhile rings again. */
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         HCCL_WARN("reactor: read(wake fd): %s", strerror(errno));
+    hccl_reactor_enter(r);
     reactor_run_posts(r);
+    hccl_reactor_leave(r);
+}
+
+void hccl_reactor_enter(hccl_reactor_t *r)
+{
+    pthread_mutex_lock(&r->prog_mtx);
+}
+
+void hccl_reactor_leave(hccl_reactor_t *r)
+{
+    pthread_mutex_unlock(&r->prog_mtx);
 }
 
 static int64_t mono_ns(void)
@@ -79,7 +91,7 @@ static void reactor_set_polling(hccl_reactor_t *r, bool on)
             r->pollers[i].set_polling(r->pollers[i].arg, on);
 }
 
-/* Posts and pollers, without any system call; true if anything moved. */
+/* Posts and pollers, without any system call; true if anything moved. Under prog_mtx. */
 static bool reactor_poll_once(hccl_reactor_t *r)
 {
     bool moved = false;
@@ -93,15 +105,28 @@ static bool reactor_poll_once(hccl_reactor_t *r)
     return moved;
 }
 
+/* Stops polling: clears the flags first, then looks once more, since a peer that saw them
+ * set did not ring. True if that look found work. Under prog_mtx. */
+static bool reactor_stop_polling(hccl_reactor_t *r)
+{
+    reactor_set_polling(r, false);
+    return reactor_poll_once(r);
+}
+
 /*
- * Spins until spin_ns pass without progress; true if the last look found work. Sockets and timers are looked at every few
- * rounds (an epoll_wait of 0); each idle round yields, so that ranks sharing a core with us
- * still run: on an oversubscribed machine the peer we wait for may need this very core.
+ * The progress thread, after an event: spins until spin_ns pass without progress; true if
+ * the last look found work. Sockets and timers are looked at every few rounds (an
+ * epoll_wait of 0). Each idle round lets go of prog_mtx and yields, so that ranks sharing a
+ * core with us still run and a waiter may take over; when one does, this thread sleeps.
  */
 static bool reactor_spin(hccl_reactor_t *r)
 {
     int64_t idle_since = mono_ns();
+    bool found;
 
+    if (pthread_mutex_trylock(&r->prog_mtx) != 0)
+        return false; /* a waiter drives: it clears the flags when it stops */
+    r->thread_spinning = true;
     reactor_set_polling(r, true);
     for (unsigned round = 0; !atomic_load(&r->stopping); round++) {
         bool moved = reactor_poll_once(r);
@@ -111,19 +136,23 @@ static bool reactor_spin(hccl_reactor_t *r)
             idle_since = mono_ns();
             continue;
         }
-        if (atomic_load(&r->pending) == 0 && (round & 63) == 63) {
-            /* Nothing in flight: linger only as long as a next post would be cheap to catch. */
-            if (mono_ns() - idle_since > r->spin_ns / 4)
-                break;
-        }
-        if (mono_ns() - idle_since > r->spin_ns)
+        /* Nothing in flight: linger only as long as a next post would be cheap to catch. */
+        if (mono_ns() - idle_since > (atomic_load(&r->pending) ? r->spin_ns : r->spin_ns / 4))
             break;
+        pthread_mutex_unlock(&r->prog_mtx);
         sched_yield();
+        if (pthread_mutex_trylock(&r->prog_mtx) != 0) {
+            /* A waiter took over: wait for it without sleeping on the lock (its unlock would
+             * then cost a wake-up), and stop. */
+            while (pthread_mutex_trylock(&r->prog_mtx) != 0)
+                sched_yield();
+            break;
+        }
     }
-    /* Clear the flags first, then look once more: a peer that saw them set did not ring.
-     * Something found now starts another spell. */
-    reactor_set_polling(r, false);
-    return reactor_poll_once(r);
+    r->thread_spinning = false;
+    found = reactor_stop_polling(r);
+    pthread_mutex_unlock(&r->prog_mtx);
+    return found;
 }
 
 static void *reactor_thread_main(void *arg)
@@ -140,8 +169,53 @@ static void *reactor_thread_main(void *arg)
         while (r->spin_ns > 0 && !atomic_load(&r->stopping) && reactor_spin(r))
             ;
     }
+    hccl_reactor_enter(r);
     reactor_run_posts(r);
+    hccl_reactor_leave(r);
     return NULL;
+}
+
+bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
+{
+    const hccl_reactor_t *outer = tl_running;
+    int64_t idle_since;
+
+    if (!r->drivable || r->spin_ns <= 0 || pthread_mutex_trylock(&r->prog_mtx) != 0)
+        return false;
+    tl_running = r; /* what it runs is the reactor's work: a blocking call from it is refused */
+    reactor_set_polling(r, true);
+    idle_since = mono_ns();
+    for (unsigned round = 0; __atomic_load_n(state, __ATOMIC_ACQUIRE) != done; round++) {
+        if (reactor_poll_once(r)) {
+            idle_since = mono_ns();
+            continue;
+        }
+        if ((round & 7) == 7 && mono_ns() - idle_since > r->spin_ns)
+            break;
+        sched_yield();
+    }
+    /* A spinning progress thread still polls and clears the flags itself when it stops. */
+    if (!r->thread_spinning)
+        reactor_stop_polling(r);
+    tl_running = outer;
+    pthread_mutex_unlock(&r->prog_mtx);
+    return true;
+}
+
+void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post)
+{
+    hccl_post_t *head = atomic_load(&r->post_head);
+
+    do {
+        post->next = head;
+    } while (!atomic_compare_exchange_weak(&r->post_head, &head, post));
+    /*
+     * No ring when the caller's hccl_reactor_help will find the post: it runs unless the lock
+     * is held, and whoever holds it looks at the queue before it lets go (the progress thread
+     * spins after every event; a waiter's last look, or the spinning thread's).
+     */
+    if (head == NULL && !atomic_load(&r->polling) && !(r->drivable && r->spin_ns > 0))
+        hccl_reactor_wake(r);
 }
 
 hcclResult_t hccl_reactor_create(struct event_base *external, int rank, hccl_reactor_t **r_p)
@@ -162,6 +236,13 @@ hcclResult_t hccl_reactor_create(struct event_base *external, int rank, hccl_rea
     pthread_mutex_init(&r->done_mtx, NULL);
     pthread_cond_init(&r->done_cond, NULL);
     pthread_mutex_init(&r->drive_mtx, NULL);
+    {
+        pthread_mutexattr_t attr;
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&r->prog_mtx, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
     if (external) {
         r->base = external;
     } else {
@@ -226,6 +307,7 @@ void hccl_reactor_release(hccl_reactor_t *r)
     pthread_mutex_destroy(&r->done_mtx);
     pthread_cond_destroy(&r->done_cond);
     pthread_mutex_destroy(&r->drive_mtx);
+    pthread_mutex_destroy(&r->prog_mtx);
     hccl_free(r);
 }
 
@@ -239,7 +321,9 @@ void hccl_reactor_destroy(hccl_reactor_t *r)
     if (!r)
         return;
     hccl_reactor_stop(r);
+    hccl_reactor_enter(r);
     reactor_run_posts(r);
+    hccl_reactor_leave(r);
     pthread_mutex_lock(&r->drive_mtx);
     r->dead = true;
     pthread_mutex_unlock(&r->drive_mtx);
@@ -370,6 +454,11 @@ void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns)
     r->spin_ns = r->owns_base ? spin_ns : 0;
 }
 
+void hccl_reactor_set_drivable(hccl_reactor_t *r, bool drivable)
+{
+    r->drivable = drivable && r->owns_base;
+}
+
 int64_t hccl_reactor_spin_ns(const hccl_reactor_t *r)
 {
     return r->spin_ns;
@@ -390,7 +479,9 @@ static void timer_on_fire(evutil_socket_t fd, short what, void *arg)
     hccl_timer_t *t = arg;
 
     (void)fd, (void)what;
+    hccl_reactor_enter(t->r);
     t->cb(t->arg);
+    hccl_reactor_leave(t->r);
 }
 
 hcclResult_t hccl_timer_create(hccl_reactor_t *r, hccl_timer_cb_t cb, void *arg, hccl_timer_t **t_p)

@@ -65,6 +65,19 @@ typedef struct {
     void *arg;
 } hccl_poller_t;
 hcclResult_t hccl_reactor_add_poller(hccl_reactor_t *r, const hccl_poller_t *p);
+/* Every event callback brackets its work with these: a waiter may be running the reactor. */
+void hccl_reactor_enter(hccl_reactor_t *r);
+void hccl_reactor_leave(hccl_reactor_t *r);
+/* The pollers reach every link: a thread that waits may run the reactor's work itself. */
+void hccl_reactor_set_drivable(hccl_reactor_t *r, bool drivable);
+/*
+ * Called by a thread waiting for *state to become done: when the reactor is drivable and
+ * free, runs its posts and pollers on this thread until that happens or spin_ns pass without
+ * progress. False when it could not (then the caller just waits).
+ */
+bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done);
+/* Posts without waking the progress thread when the caller is about to help (a blocking call). */
+void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post);
 /* How long the progress thread and waiters spin without progress before they sleep (0: never). */
 void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns);
 int64_t hccl_reactor_spin_ns(const hccl_reactor_t *r);

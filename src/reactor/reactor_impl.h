@@ -31,6 +31,13 @@ struct hccl_reactor {
     atomic_int pending;            /* requests created and not yet complete */
     hccl_poller_t pollers[HCCL_REACTOR_MAX_POLLERS];
     int npollers;
+    /* Whoever runs the reactor's work holds prog_mtx (recursive: the progress thread's spin
+     * runs libevent callbacks that take it again): the progress thread, a libevent callback,
+     * or a waiter that drives the communicator itself (hccl_reactor_help). */
+    pthread_mutex_t prog_mtx;
+    bool drivable;                 /* every link can be polled: a waiter may drive */
+    bool thread_spinning;          /* under prog_mtx: the progress thread is in its spin and
+                                      clears the polling flags when it stops */
 };
 
 void hccl_reactor_wake(hccl_reactor_t *r);

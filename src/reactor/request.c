@@ -106,23 +106,33 @@ static hcclResult_t request_finish(hcclRequest_t *req_p)
     return res;
 }
 
-/* The progress thread is about to finish it: watching the state is cheaper than a futex
- * sleep and wake-up. Yields, so that on a full machine the thread we wait for gets to run. */
+/*
+ * The request is about to finish: watching it is cheaper than a futex sleep and wake-up.
+ * Where the reactor allows it (every link pollable), this thread runs the reactor's work
+ * itself instead of handing it to the progress thread and back. Yields, so that on a full
+ * machine the thread we wait for gets to run.
+ */
 static void request_spin(struct hcclRequest *req)
 {
-    int64_t spin_ns = hccl_reactor_spin_ns(req->reactor);
+    hccl_reactor_t *r = req->reactor;
+    int64_t spin_ns = hccl_reactor_spin_ns(r);
     struct timespec t0, t;
 
     if (spin_ns <= 0)
         return;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (unsigned round = 0; __atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != HCCL_REQ_DONE; round++) {
-        if ((round & 15) == 15) {
+        bool helped = hccl_reactor_help(r, &req->state, HCCL_REQ_DONE);
+        if (helped || (round & 15) == 15) {
             clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec) > spin_ns)
+            if ((t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec) > spin_ns) {
+                /* About to sleep: make sure the progress thread is awake for what we posted. */
+                hccl_reactor_wake(r);
                 return;
+            }
         }
-        sched_yield();
+        if (!helped)
+            sched_yield();
     }
 }
 

@@ -161,12 +161,14 @@ static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         HCCL_WARN("shm: read(doorbell): %s", strerror(errno));
+    hccl_reactor_enter(ctx->env->reactor);
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
         shm_progress_conn(sc, &more);
     }
     if (more && ctx->bell_ev)
         event_active(ctx->bell_ev, EV_READ, 0); /* budget used up: come back after the others */
+    hccl_reactor_leave(ctx->env->reactor);
 }
 
 /* The reactor's poller: the rings that hold data, without reading the doorbell. */
@@ -195,15 +197,25 @@ static void shm_set_polling(void *arg, bool on)
     atomic_store_explicit(&((shm_seg_hdr_t *)ctx->seg)->polling, on, memory_order_seq_cst);
 }
 
+static void shm_peer_gone(shm_conn_t *sc);
+
 static void shm_on_peer_gone(evutil_socket_t fd, short what, void *arg)
 {
     shm_conn_t *sc = arg;
+    hccl_reactor_t *r = sc->ctx->env->reactor;
     char c;
     ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
 
     (void)what;
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
+    hccl_reactor_enter(r);
+    shm_peer_gone(sc);
+    hccl_reactor_leave(r);
+}
+
+static void shm_peer_gone(shm_conn_t *sc)
+{
     /* What it wrote before going is still in our ring: its goodbye may be there. */
     if (!sc->stream.failed && !hccl_is_failure(hccl_stream_rx(&sc->stream, SIZE_MAX)) &&
         hccl_stream_closed_cleanly(&sc->stream)) {

@@ -74,12 +74,23 @@ static void tcp_update_write_interest(tcp_conn_t *tc)
     tc->write_armed = want;
 }
 
+static void tcp_on_readable_locked(tcp_conn_t *tc);
+
 static void tcp_on_readable(evutil_socket_t fd, short what, void *arg)
 {
     tcp_conn_t *tc = arg;
-    hcclResult_t res;
+    hccl_reactor_t *r = tc->ctx->env->reactor;
 
     (void)fd, (void)what;
+    hccl_reactor_enter(r);
+    tcp_on_readable_locked(tc);
+    hccl_reactor_leave(r);
+}
+
+static void tcp_on_readable_locked(tcp_conn_t *tc)
+{
+    hcclResult_t res;
+
     res = hccl_stream_rx(&tc->stream, TCP_RX_BUDGET);
     if (hccl_is_failure(res) && hccl_stream_closed_cleanly(&tc->stream)) {
         /* The peer said goodbye first: its EOF ends the connection, not the communicator. */
@@ -95,12 +106,23 @@ static void tcp_on_readable(evutil_socket_t fd, short what, void *arg)
     tcp_update_write_interest(tc); /* receiving may have queued control frames */
 }
 
+static void tcp_on_writable_locked(tcp_conn_t *tc);
+
 static void tcp_on_writable(evutil_socket_t fd, short what, void *arg)
 {
     tcp_conn_t *tc = arg;
-    hcclResult_t res;
+    hccl_reactor_t *r = tc->ctx->env->reactor;
 
     (void)fd, (void)what;
+    hccl_reactor_enter(r);
+    tcp_on_writable_locked(tc);
+    hccl_reactor_leave(r);
+}
+
+static void tcp_on_writable_locked(tcp_conn_t *tc)
+{
+    hcclResult_t res;
+
     res = hccl_stream_tx(&tc->stream);
     if (hccl_is_failure(res)) {
         tcp_conn_fail(tc, res);
