@@ -18,7 +18,17 @@ struct hccl_exec {
     hccl_conn_t **conns;      /* borrowed, [nranks] */
     hccl_run_t *runs;         /* in flight, doubly linked */
     int inflight;
+    hccl_run_t *pool;         /* finished runs kept for reuse, linked by next */
+    int npool;
 };
+
+/*
+ * Runs are recycled with their arrays and scratch, so that a collective whose plan is cached
+ * allocates nothing. Scratch up to EXEC_KEEP_SCRATCH is kept: beyond that, keeping it would
+ * cost more resident memory than allocating it costs time.
+ */
+#define EXEC_POOL_RUNS 8
+#define EXEC_KEEP_SCRATCH (8u << 20)
 
 struct hccl_run {
     hccl_exec_t *ex;
@@ -27,6 +37,8 @@ struct hccl_run {
     uint32_t sig;             /* stamped on every transfer */
     char *base[HCCL_NUM_SLOTS];
     void *scratch;            /* owned */
+    size_t scratch_cap;
+    uint32_t steps_cap;       /* capacity of left, ready and xfers */
     uint32_t *left;           /* owned: unfinished predecessors per step */
     uint32_t *ready;          /* owned: stack of steps ready to issue */
     uint32_t nready;
@@ -60,8 +72,24 @@ hcclResult_t hccl_exec_create(hccl_reactor_t *r, int rank, int nranks, hccl_conn
     return hcclSuccess;
 }
 
+static void run_release_memory(hccl_run_t *run)
+{
+    hccl_free(run->scratch);
+    hccl_free(run->left);
+    hccl_free(run->ready);
+    hccl_free(run->xfers);
+    hccl_free(run);
+}
+
 void hccl_exec_destroy(hccl_exec_t *ex)
 {
+    if (!ex)
+        return;
+    while (ex->pool) {
+        hccl_run_t *run = ex->pool;
+        ex->pool = run->next;
+        run_release_memory(run);
+    }
     hccl_free(ex);
 }
 
@@ -82,12 +110,67 @@ bool hccl_exec_run_finishing(const hccl_run_t *run)
 
 static void run_free(hccl_run_t *run)
 {
+    hccl_exec_t *ex = run->ex;
+
     hccl_plan_release(run->plan);
-    hccl_free(run->scratch);
-    hccl_free(run->left);
-    hccl_free(run->ready);
-    hccl_free(run->xfers);
-    hccl_free(run);
+    run->plan = NULL;
+    if (ex->npool == EXEC_POOL_RUNS) {
+        run_release_memory(run);
+        return;
+    }
+    if (run->scratch_cap > EXEC_KEEP_SCRATCH) {
+        hccl_free(run->scratch);
+        run->scratch = NULL;
+        run->scratch_cap = 0;
+    }
+    run->next = ex->pool;
+    ex->pool = run;
+    ex->npool++;
+}
+
+/* A run with room for n steps and scratch bytes: recycled when one is free. */
+static hccl_run_t *run_get(hccl_exec_t *ex, uint32_t n, size_t scratch)
+{
+    hccl_run_t *run = ex->pool, keep;
+
+    if (run) {
+        ex->pool = run->next;
+        ex->npool--;
+    } else {
+        run = hccl_calloc(1, sizeof(*run));
+        if (!run)
+            return NULL;
+    }
+    /* The arrays and scratch carry over; every other field starts from zero. */
+    keep = *run;
+    memset(run, 0, sizeof(*run));
+    run->left = keep.left;
+    run->ready = keep.ready;
+    run->xfers = keep.xfers;
+    run->steps_cap = keep.steps_cap;
+    run->scratch = keep.scratch;
+    run->scratch_cap = keep.scratch_cap;
+    run->ex = ex;
+    if (run->steps_cap < n + 1 || !run->left) {
+        hccl_free(run->left);
+        hccl_free(run->ready);
+        hccl_free(run->xfers);
+        run->left = hccl_malloc(((size_t)n + 1) * sizeof(*run->left));
+        run->ready = hccl_malloc(((size_t)n + 1) * sizeof(*run->ready));
+        run->xfers = hccl_malloc(((size_t)n + 1) * sizeof(*run->xfers));
+        run->steps_cap = n + 1;
+    }
+    if (scratch > run->scratch_cap) {
+        hccl_free(run->scratch);
+        run->scratch = hccl_malloc(scratch);
+        run->scratch_cap = run->scratch ? scratch : 0;
+    }
+    if (!run->left || !run->ready || !run->xfers || (scratch && !run->scratch)) {
+        run_release_memory(run);
+        return NULL;
+    }
+    memset(run->xfers, 0, ((size_t)n + 1) * sizeof(*run->xfers));
+    return run;
 }
 
 static void run_on_finished(hccl_post_t *post)
@@ -255,24 +338,14 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
                                  const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb,
                                  void *arg, hccl_run_t **run_p)
 {
-    hccl_run_t *run = hccl_calloc(1, sizeof(*run));
     uint32_t n = plan->nsteps;
+    hccl_run_t *run = run_get(ex, n, plan->scratch_bytes);
 
     if (!run)
-        return HCCL_FAIL(hcclSystemError, "executor: out of memory");
-    run->left = hccl_malloc(((size_t)n + 1) * sizeof(*run->left));
-    run->ready = hccl_malloc(((size_t)n + 1) * sizeof(*run->ready));
-    run->xfers = hccl_calloc((size_t)n + 1, sizeof(*run->xfers));
-    if (plan->scratch_bytes)
-        run->scratch = hccl_malloc(plan->scratch_bytes);
-    if (!run->left || !run->ready || !run->xfers || (plan->scratch_bytes && !run->scratch)) {
-        run_free(run);
         return HCCL_FAIL(hcclSystemError, "executor: out of memory for a run of %u steps "
                                           "(%zu bytes scratch)", n, plan->scratch_bytes);
-    }
     hccl_plan_retain(plan);
     run->plan = plan;
-    run->ex = ex;
     run->seq = seq;
     run->sig = sig;
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
