@@ -72,11 +72,14 @@ static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg,
     char what[96];
 
     (void)run;
+    if (res == hcclSuccess) {
+        coll_finish(comm, req, res, NULL);
+        return;
+    }
     coll_describe(req, what, sizeof(what));
-    if (res != hcclSuccess)
-        snprintf(text, sizeof(text), "%s (%zu x %s): %s", what, req->count, hccl_dtype_name(req->dtype),
-                 msg ? msg : "");
-    coll_finish(comm, req, res, res == hcclSuccess ? NULL : text);
+    snprintf(text, sizeof(text), "%s (%zu x %s): %s", what, req->count, hccl_dtype_name(req->dtype),
+             msg ? msg : "");
+    coll_finish(comm, req, res, text);
 }
 
 static void coll_on_timeout(void *arg)
@@ -185,12 +188,15 @@ static void coll_start(struct hcclComm *comm, struct hcclRequest *req)
         coll_self_p2p(comm, req);
         return;
     }
-    algo = p2p ? HCCL_ALGO_AUTO : hccl_tuner_pick(&comm->tuner, &shape, comm->nranks);
+    /* Keyed by what decides the pick (a forced algorithm, or the tuner's AUTO), so that a hit
+     * skips the tuner's cost evaluation too. */
     memset(&key, 0, sizeof(key));
-    key = (hccl_plan_key_t){req->coll, algo, req->count, req->dtype, req->op, req->root};
+    key = (hccl_plan_key_t){req->coll, p2p ? HCCL_ALGO_AUTO : comm->tuner.forced[req->coll], req->count,
+                            req->dtype, req->op, req->root};
     if (cacheable)
         plan = hccl_plan_cache_get(comm->plans, &key);
     if (!plan) {
+        algo = p2p ? HCCL_ALGO_AUTO : hccl_tuner_pick(&comm->tuner, &shape, comm->nranks);
         res = hccl_algo_build(&comm->tuner, algo, comm->rank, comm->nranks, &shape, &plan);
         if (res != hcclSuccess) {
             coll_fail_posted(comm, req, res);
