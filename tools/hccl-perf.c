@@ -48,6 +48,8 @@ static const char *const op_names[] = {"sum", "prod", "max", "min", "avg"};
 typedef struct {
     int colls[C_NCOLL], ncolls;
     size_t min_bytes, max_bytes, step_bytes;
+    size_t list[PERF_MAX_SIZES]; /* -s: these sizes instead of -b/-e/-f */
+    int nlist;
     double factor;
     int iters, warmup, check, blocking, inflight, root;
     double time_budget; /* seconds per size and placement; 0: use iters */
@@ -534,7 +536,8 @@ static void run_coll(perf_t *p, int coll)
     }
     if (p->rank == 0)
         print_header(p, coll);
-    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes;) {
+    for (size_t bytes = o->nlist ? o->list[0] : o->min_bytes, next = 1;
+         o->nlist ? next <= (size_t)o->nlist : bytes <= o->max_bytes;) {
         shape_t s = shape_of(coll, bytes, es, p->n);
         size_t shown = (coll == C_ALLGATHER || coll == C_REDUCESCATTER || coll == C_ALLTOALL
                             ? s.count * (size_t)p->n
@@ -577,7 +580,11 @@ static void run_coll(perf_t *p, int coll)
                 p->bw_rows++;
                 p->wrong_total += res[ip].wrong;
             }
-        if (o->step_bytes)
+        if (o->nlist) {
+            if (next < (size_t)o->nlist)
+                bytes = o->list[next];
+            next++;
+        } else if (o->step_bytes)
             bytes += o->step_bytes;
         else if ((double)bytes * o->factor <= (double)bytes)
             break;
@@ -599,6 +606,7 @@ static void usage(FILE *f)
             "  -e, --maxbytes SIZE   largest size (default 32M)\n"
             "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
             "  -i, --stepbytes SIZE  or add SIZE each step\n"
+            "  -s, --sizes LIST      or exactly these sizes, e.g. 8,64K,1M,64M\n"
             "  -n, --iters N         timed iterations per size (default 20)\n"
             "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
             "  -T, --time S          instead of -n: about S seconds of timed iterations per size\n"
@@ -649,6 +657,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         {"datatype", 1, 0, 'd'}, {"op", 1, 0, 'o'},        {"root", 1, 0, 'r'},
         {"algo", 1, 0, 'a'},     {"blocking", 1, 0, 'z'}, {"inflight", 1, 0, 'N'},
         {"placement", 1, 0, 'p'}, {"csv", 0, 0, 1},       {"json", 0, 0, 2},
+        {"sizes", 1, 0, 's'},
         {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
     int c, idx;
     char *end;
@@ -656,7 +665,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
     *o = (opts_t){.colls = {C_ALLREDUCE}, .ncolls = 1, .min_bytes = 8, .max_bytes = 32u << 20,
                   .factor = 2, .iters = 20, .warmup = 5, .check = 1, .inflight = 1,
                   .dt = &dtypes[8], .op = hcclSum, .placements = 3};
-    while ((c = getopt_long(argc, argv, "C:b:e:f:i:n:w:T:c:d:o:r:a:z:N:p:h", longs, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, "C:b:e:f:i:n:w:T:c:d:o:r:a:z:N:p:s:h", longs, &idx)) != -1) {
         int bad = 0;
         switch (c) {
         case 'C':
@@ -677,6 +686,17 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             bad = *end || !(o->factor > 1);
             break;
         case 'i': bad = parse_size(optarg, &o->step_bytes) || o->step_bytes == 0; break;
+        case 's': {
+            char buf[1024], *save = NULL;
+            snprintf(buf, sizeof(buf), "%s", optarg);
+            o->nlist = 0;
+            for (char *t = strtok_r(buf, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
+                bad = o->nlist == PERF_MAX_SIZES || parse_size(t, &o->list[o->nlist]);
+                o->nlist++;
+            }
+            bad |= o->nlist == 0;
+            break;
+        }
         case 'n': bad = parse_int(optarg, 1, 100000000, &o->iters); break;
         case 'w': bad = parse_int(optarg, 0, 100000000, &o->warmup); break;
         case 'T':
@@ -715,7 +735,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             return -1;
         }
     }
-    if (optind < argc || o->min_bytes > o->max_bytes) {
+    if (optind < argc || (!o->nlist && o->min_bytes > o->max_bytes)) {
         fprintf(stderr, "hccl-perf: %s\n", optind < argc ? "unexpected argument" : "-b is above -e");
         return -1;
     }
@@ -748,6 +768,8 @@ int main(int argc, char **argv)
         return 2;
     }
     /* One capacity for every collective: the largest buffer any of them uses at max_bytes. */
+    for (int i = 0; i < o.nlist; i++)
+        o.max_bytes = i == 0 || o.list[i] > o.max_bytes ? o.list[i] : o.max_bytes;
     p.cap = o.max_bytes ? o.max_bytes : 1;
     for (int k = 0; k < o.inflight; k++) {
         if (posix_memalign((void **)&p.send[k], 4096, p.cap) != 0 ||

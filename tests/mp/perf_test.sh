@@ -20,7 +20,10 @@ json=$("$run" -n 2 --timeout 120 "$perf" -C alltoall -b 1K -e 1K -n 2 -a pairwis
 grep -q '"collective": "alltoall", "size": 1024, .*"wrong": 0, "nranks": 2, "algo": "pairwise"' <<<"$json" \
   || fail "JSON: $json"
 
-for bad in "-C allgatherv" "-d float8" "-b 1M -e 1K" "-N 0" "-f 1" "-o xor"; do
+sizes=$("$run" -n 2 --timeout 120 "$perf" -C broadcast -s 8,3K,64 -n 1 --csv | cut -d, -f2 | tail -n +2 | tr '\n' ' ')
+[[ $sizes == "8 3072 64 " ]] || fail "-s 8,3K,64 gave sizes: $sizes"
+
+for bad in "-C allgatherv" "-s 8,x" "-d float8" "-b 1M -e 1K" "-N 0" "-f 1" "-o xor"; do
   # shellcheck disable=SC2086 # the flags are meant to split
   if "$run" -n 2 --timeout 60 "$perf" $bad 2>/dev/null; then fail "accepted: $bad"; fi
 done
