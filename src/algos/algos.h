@@ -120,6 +120,49 @@ hcclResult_t hccl_algo_p2p(int rank, int nranks, const hccl_coll_shape_t *shape,
 /* Block b of n over count elements: [*first, *first + *len). */
 void hccl_algo_block(size_t count, int n, int b, size_t *first, size_t *len);
 
+/*
+ * A few chunk-sized scratch slots used in turn, instead of a scratch as large as the
+ * buffer: they stay in cache between the receive that fills one and the step that reads it,
+ * and memory does not grow with the message. Every wait is on a step of an earlier chunk,
+ * so a plan that takes its chunks in order cannot deadlock on them.
+ */
+#define HCCL_SLOTS 4
+typedef struct {
+    size_t base;                 /* scratch offset of slot 0 */
+    size_t bytes;                /* of one slot */
+    uint32_t last[HCCL_SLOTS];   /* the step that last used each slot, or UINT32_MAX */
+    uint32_t next;
+} hccl_slots_t;
+
+static inline void hccl_slots_init(hccl_slots_t *s, size_t base, size_t slot_bytes)
+{
+    s->base = base;
+    s->bytes = slot_bytes;
+    s->next = 0;
+    for (int i = 0; i < HCCL_SLOTS; i++)
+        s->last[i] = UINT32_MAX;
+}
+
+/* The next slot, and where it is. */
+static inline uint32_t hccl_slots_take(hccl_slots_t *s, hccl_bref_t *at)
+{
+    uint32_t k = s->next++ % HCCL_SLOTS;
+
+    *at = hccl_bref(HCCL_SLOT_SCRATCH, s->base + k * s->bytes);
+    return k;
+}
+
+/* The step that first writes slot k waits for the one that last used it. */
+static inline hcclResult_t hccl_slots_fill(hccl_slots_t *s, hccl_plan_t *p, uint32_t k, uint32_t writer)
+{
+    return s->last[k] == UINT32_MAX ? hcclSuccess : hccl_plan_dep(p, s->last[k], writer);
+}
+
+static inline void hccl_slots_done(hccl_slots_t *s, uint32_t k, uint32_t last_user)
+{
+    s->last[k] = last_user;
+}
+
 /* ---- cost model (cost.c) ---- */
 
 typedef enum { HCCL_COST_SHM = 0, HCCL_COST_TCP, HCCL_NUM_COST_CLASSES } hccl_cost_class_t;

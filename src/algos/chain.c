@@ -107,6 +107,7 @@ hcclResult_t hccl_algo_chain_reduce(int rank, int nranks, const hccl_coll_shape_
     chain_t g;
     size_t bytes = shape->count * hccl_dtype_size(shape->dtype);
     bool is_root = rank == shape->root;
+    hccl_slots_t slots;
 
     chain_init(&g, rank, nranks, (shape->root + 1) % nranks, shape, chunk_bytes);
     HCCL_CHECK(hccl_plan_create(rank, nranks, shape->dtype, shape->op, "chain", &p));
@@ -116,28 +117,37 @@ hcclResult_t hccl_algo_chain_reduce(int rank, int nranks, const hccl_coll_shape_
                                            hccl_bref(HCCL_SLOT_SEND, 0), bytes, NULL), res, err);
         goto finalize;
     }
-    p->scratch_bytes = g.pos > 0 ? bytes : 0;
+    {
+        size_t first, most;
+        chunk_range(&g, 0, &first, &most);
+        hccl_slots_init(&slots, 0, most);
+        p->scratch_bytes = g.pos > 0 ? HCCL_SLOTS * most : 0;
+    }
     for (uint32_t c = 0; c < g.nch; c++) {
         size_t off, len;
-        uint32_t rid, did, sid;
+        uint32_t rid, did, sid, k;
         hccl_bref_t own, part;
 
         chunk_range(&g, c, &off, &len);
         own = hccl_bref(HCCL_SLOT_SEND, off);
-        part = hccl_bref(HCCL_SLOT_SCRATCH, off);
         if (g.pos == 0) {
             HCCL_CHECK_GOTO(hccl_plan_send(p, g.next, c, own, len, NULL), res, err);
             continue;
         }
+        k = hccl_slots_take(&slots, &part);
         HCCL_CHECK_GOTO(hccl_plan_recv(p, g.prev, c, part, len, &rid), res, err);
+        HCCL_CHECK_GOTO(hccl_slots_fill(&slots, p, k, rid), res, err);
         HCCL_CHECK_GOTO(hccl_plan_reduce(p, is_root ? hccl_bref(HCCL_SLOT_RECV, off) : part,
                                          part, own, len, is_root ? HCCL_STEP_FINAL_DIV : 0,
                                          &did), res, err);
         HCCL_CHECK_GOTO(hccl_plan_dep(p, rid, did), res, err);
-        if (is_root)
+        if (is_root) {
+            hccl_slots_done(&slots, k, did);
             continue;
+        }
         HCCL_CHECK_GOTO(hccl_plan_send(p, g.next, c, part, len, &sid), res, err);
         HCCL_CHECK_GOTO(hccl_plan_dep(p, did, sid), res, err);
+        hccl_slots_done(&slots, k, sid);
     }
 finalize:
     /* Only the root has a RECV buffer: a plan that touched it elsewhere fails this check. */

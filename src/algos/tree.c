@@ -125,11 +125,10 @@ err:
  *
  * Where the partial result lives (acc): the root's RECV (it is the output; with
  * sendbuf == recvbuf the first reduce reads and writes the same elements, which is fine),
- * elsewhere scratch, since a non-root's RECV may not exist. A child's data lands in a
- * second scratch region (in), shared by all children of a chunk: the next child's receive
- * waits until the reduce that read the previous one is done. A non-root receives its first
- * child straight into acc (acc = own op acc), so a rank with one child needs one scratch
- * copy of the buffer and only ranks with several need two.
+ * elsewhere a scratch slot, since a non-root's RECV may not exist. A child's data lands in
+ * an "in" slot, free again once the reduce that read it is done. A non-root receives its
+ * first child straight into acc (acc = own op acc), so a rank with one child needs only acc
+ * slots. Slots are chunk-sized and used in turn (hccl_slots_t).
  */
 hcclResult_t hccl_algo_tree_reduce(int rank, int nranks, const hccl_coll_shape_t *shape,
                                    size_t chunk_bytes, hccl_plan_t **plan_p)
@@ -137,9 +136,10 @@ hcclResult_t hccl_algo_tree_reduce(int rank, int nranks, const hccl_coll_shape_t
     hcclResult_t res;
     hccl_plan_t *p = NULL;
     tree_t t;
-    size_t bytes = shape->count * hccl_dtype_size(shape->dtype), in_base = 0;
+    size_t bytes = shape->count * hccl_dtype_size(shape->dtype);
     int span, nkids = 0;
     bool is_root = rank == shape->root;
+    hccl_slots_t acc_slots, in_slots;
 
     tree_init(&t, rank, nranks, shape, chunk_bytes);
     span = child_span(&t);
@@ -152,38 +152,47 @@ hcclResult_t hccl_algo_tree_reduce(int rank, int nranks, const hccl_coll_shape_t
                                            hccl_bref(HCCL_SLOT_SEND, 0), bytes, NULL), res, err);
         goto finalize;
     }
-    if (is_root) {
-        p->scratch_bytes = bytes; /* in only */
-    } else if (nkids > 0) {
-        in_base = bytes;          /* acc is [0, bytes), in follows when needed */
-        p->scratch_bytes = nkids > 1 ? 2 * bytes : bytes;
+    {
+        size_t first, most;
+        chunk_range(&t, 0, &first, &most);
+        /* Non-roots with children: acc slots, then in slots; the root: in slots only. */
+        hccl_slots_init(&acc_slots, 0, most);
+        hccl_slots_init(&in_slots, is_root ? 0 : HCCL_SLOTS * most, most);
+        if (is_root)
+            p->scratch_bytes = nkids > 0 ? HCCL_SLOTS * most : 0;
+        else if (nkids > 0)
+            p->scratch_bytes = (nkids > 1 ? 2 : 1) * HCCL_SLOTS * most;
     }
     for (uint32_t c = 0; c < t.nch; c++) {
         size_t off, len;
-        uint32_t last = UINT32_MAX, in_reader = UINT32_MAX, rid, did, sid;
-        hccl_bref_t acc = hccl_bref(is_root ? HCCL_SLOT_RECV : HCCL_SLOT_SCRATCH, 0);
-        hccl_bref_t own, in;
+        uint32_t last = UINT32_MAX, rid, did, sid, acc_k = 0;
+        hccl_bref_t acc = hccl_bref(HCCL_SLOT_RECV, 0);
+        hccl_bref_t own;
 
         chunk_range(&t, c, &off, &len);
-        acc.off = off;
+        if (is_root)
+            acc.off = off;
+        else if (nkids > 0)
+            acc_k = hccl_slots_take(&acc_slots, &acc);
         own = hccl_bref(HCCL_SLOT_SEND, off);
-        in = hccl_bref(HCCL_SLOT_SCRATCH, in_base + off);
         for (int m = 1; m < span && t.v + m < nranks; m <<= 1) {
             bool direct = !is_root && m == 1;
             bool final = is_root && (2 * m >= span || t.v + 2 * m >= nranks);
+            hccl_bref_t in = acc;
+            uint32_t in_k = 0;
 
-            HCCL_CHECK_GOTO(hccl_plan_recv(p, real_rank(&t, t.v + m), c, direct ? acc : in, len,
-                                           &rid), res, err);
-            if (!direct && in_reader != UINT32_MAX) /* the previous child's data is still read */
-                HCCL_CHECK_GOTO(hccl_plan_dep(p, in_reader, rid), res, err);
-            HCCL_CHECK_GOTO(hccl_plan_reduce(p, acc, last == UINT32_MAX ? own : acc,
-                                             direct ? acc : in, len,
+            if (!direct)
+                in_k = hccl_slots_take(&in_slots, &in);
+            HCCL_CHECK_GOTO(hccl_plan_recv(p, real_rank(&t, t.v + m), c, in, len, &rid), res, err);
+            HCCL_CHECK_GOTO(direct ? hccl_slots_fill(&acc_slots, p, acc_k, rid)
+                                   : hccl_slots_fill(&in_slots, p, in_k, rid), res, err);
+            HCCL_CHECK_GOTO(hccl_plan_reduce(p, acc, last == UINT32_MAX ? own : acc, in, len,
                                              final ? HCCL_STEP_FINAL_DIV : 0, &did), res, err);
             HCCL_CHECK_GOTO(hccl_plan_dep(p, rid, did), res, err);
             if (last != UINT32_MAX)
                 HCCL_CHECK_GOTO(hccl_plan_dep(p, last, did), res, err);
             if (!direct)
-                in_reader = did;
+                hccl_slots_done(&in_slots, in_k, did);
             last = did;
         }
         if (is_root)
@@ -191,8 +200,10 @@ hcclResult_t hccl_algo_tree_reduce(int rank, int nranks, const hccl_coll_shape_t
         /* A leaf passes its own data up untouched. */
         HCCL_CHECK_GOTO(hccl_plan_send(p, real_rank(&t, t.v - lowbit(t.v)), c,
                                        last == UINT32_MAX ? own : acc, len, &sid), res, err);
-        if (last != UINT32_MAX)
+        if (last != UINT32_MAX) {
             HCCL_CHECK_GOTO(hccl_plan_dep(p, last, sid), res, err);
+            hccl_slots_done(&acc_slots, acc_k, sid);
+        }
     }
 finalize:
     /* Only the root has a RECV buffer: a plan that touched it elsewhere fails this check. */
