@@ -20,6 +20,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -62,12 +63,17 @@ struct run_rank {
     struct run_stream err;
 };
 
+/* --bind: auto pins each rank to its own CPU when there are enough of them, as mpirun does:
+ * ranks that wait by polling then never share a core with each other. */
+enum { BIND_AUTO, BIND_CORE, BIND_NONE };
+
 struct run_opts {
     int nranks;          /* ranks started here */
     int world_size;      /* ranks in the whole job; 0 until parsed: then nranks */
     int rank_offset;     /* global rank of our first rank */
     const char *comm_id; /* --comm-id, borrowed from argv; NULL: none */
     double timeout_s;    /* 0: none */
+    int bind;            /* BIND_* */
     bool tag_output;
     char **argv; /* program and its arguments, borrowed from main's argv */
 };
@@ -105,6 +111,8 @@ static const char usage_text[] =
     "                     must own H\n"
     "  --timeout S        stop all ranks after S seconds (fractions allowed); exit 124\n"
     "  --tag-output       prefix each line of output with \"[rank]: \" (global rank)\n"
+    "  --bind auto|core|none  pin rank i to the i-th CPU this launcher may use (auto:\n"
+    "                     only when there is one for every rank; the default)\n"
     "  -h, --help         show this text\n"
     "Rank i started here gets RANK_ID=RANK=K+i, LOCAL_RANK=i, WORLD_SIZE=W and\n"
     "LOCAL_WORLD_SIZE=N. Unless set already (or by --comm-id), HCCL_COMM_ID is\n"
@@ -168,7 +176,7 @@ static bool comm_id_is_valid(const char *s)
 
 /* The options that take a value, as "--opt V" or "--opt=V" (and "-nV"). */
 static const char *const value_opts[] = {
-    "-n", "--timeout", "--world-size", "--rank-offset", "--comm-id",
+    "-n", "--timeout", "--bind", "--world-size", "--rank-offset", "--comm-id",
 };
 
 /* Splits argv[*i] into option name and value; NULL if it is none of value_opts. */
@@ -214,6 +222,12 @@ static bool set_value_opt(struct run_opts *o, const char *name, const char *val)
             return true;
         fprintf(stderr, "hccl-run: --rank-offset wants a rank from 0 to %d, not '%s'\n",
                 RUN_MAX_RANKS - 1, val);
+    } else if (strcmp(name, "--bind") == 0) {
+        o->bind = strcmp(val, "core") == 0 ? BIND_CORE : strcmp(val, "none") == 0 ? BIND_NONE
+                  : strcmp(val, "auto") == 0 ? BIND_AUTO : -1;
+        if (o->bind >= 0)
+            return true;
+        fprintf(stderr, "hccl-run: --bind wants auto, core or none, not '%s'\n", val);
     } else if (strcmp(name, "--comm-id") == 0) {
         o->comm_id = val;
         if (comm_id_is_valid(val))
@@ -456,6 +470,29 @@ static int global_rank(const struct launcher *l, int local)
     return l->opts.rank_offset + local;
 }
 
+/* Pins the calling child to the rank-th CPU of the launcher's own set (modulo its size). */
+static void bind_rank(const struct launcher *l, int rank)
+{
+    cpu_set_t allowed, one;
+    int count, k = 0;
+
+    if (l->opts.bind == BIND_NONE || sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+        return;
+    count = CPU_COUNT(&allowed);
+    if (count == 0 || (l->opts.bind == BIND_AUTO && l->opts.nranks > count))
+        return;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed) || k++ != rank % count)
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof(one), &one) != 0)
+            fprintf(stderr, "hccl-run: rank %d: cannot bind to CPU %d: %s\n", global_rank(l, rank),
+                    cpu, strerror(errno));
+        return;
+    }
+}
+
 /* Runs in the forked child: never returns. */
 __attribute__((noreturn)) static void child_exec(const struct launcher *l, int rank, int out_fd,
                                                  int err_fd)
@@ -480,6 +517,7 @@ __attribute__((noreturn)) static void child_exec(const struct launcher *l, int r
     snprintf(buf, sizeof(buf), "%d", rank);
     if (setenv("LOCAL_RANK", buf, 1) != 0)
         _exit(127);
+    bind_rank(l, rank);
     execvp(l->opts.argv[0], l->opts.argv);
     err = errno;
     fprintf(stderr, "hccl-run: cannot execute %s: %s\n", l->opts.argv[0], strerror(err));

@@ -127,6 +127,7 @@ static bool reactor_spin(hccl_reactor_t *r)
     if (pthread_mutex_trylock(&r->prog_mtx) != 0)
         return false; /* a waiter drives: it clears the flags when it stops */
     r->thread_spinning = true;
+    atomic_store(&r->orphan, false);
     reactor_set_polling(r, true);
     for (unsigned round = 0; !atomic_load(&r->stopping); round++) {
         bool moved = reactor_poll_once(r);
@@ -136,16 +137,17 @@ static bool reactor_spin(hccl_reactor_t *r)
             idle_since = mono_ns();
             continue;
         }
-        /* Nothing in flight: linger only as long as a next post would be cheap to catch. */
-        if (mono_ns() - idle_since > (atomic_load(&r->pending) ? r->spin_ns : r->spin_ns / 4))
+        /* Nothing in flight: linger only as long as a next post would be cheap to catch, and
+         * not at all where a waiter drives its own calls. */
+        if (atomic_load(&r->pending) == 0 && (r->drivable || mono_ns() - idle_since > r->spin_ns / 4))
+            break;
+        if (mono_ns() - idle_since > r->spin_ns)
             break;
         pthread_mutex_unlock(&r->prog_mtx);
         sched_yield();
         if (pthread_mutex_trylock(&r->prog_mtx) != 0) {
-            /* A waiter took over: wait for it without sleeping on the lock (its unlock would
-             * then cost a wake-up), and stop. */
-            while (pthread_mutex_trylock(&r->prog_mtx) != 0)
-                sched_yield();
+            /* A waiter took over: sleep until it is done rather than take turns with it. */
+            pthread_mutex_lock(&r->prog_mtx);
             break;
         }
     }
@@ -170,6 +172,8 @@ static void *reactor_thread_main(void *arg)
             ;
     }
     hccl_reactor_enter(r);
+    atomic_store(&r->orphan, false);
+    reactor_stop_polling(r);
     reactor_run_posts(r);
     hccl_reactor_leave(r);
     return NULL;
@@ -183,6 +187,7 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
     if (!r->drivable || r->spin_ns <= 0 || pthread_mutex_trylock(&r->prog_mtx) != 0)
         return false;
     tl_running = r; /* what it runs is the reactor's work: a blocking call from it is refused */
+    atomic_store(&r->orphan, false);
     reactor_set_polling(r, true);
     idle_since = mono_ns();
     for (unsigned round = 0; __atomic_load_n(state, __ATOMIC_ACQUIRE) != done; round++) {
@@ -190,13 +195,24 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
             idle_since = mono_ns();
             continue;
         }
-        if ((round & 7) == 7 && mono_ns() - idle_since > r->spin_ns)
+        if ((round & 7) == 7 && mono_ns() - idle_since > r->wait_spin_ns)
             break;
         sched_yield();
     }
-    /* A spinning progress thread still polls and clears the flags itself when it stops. */
-    if (!r->thread_spinning)
-        reactor_stop_polling(r);
+    /* A spinning progress thread still polls and clears the flags itself when it stops. With
+     * nothing left in flight, the flags stay set for the caller's next call (see orphan). */
+    if (!r->thread_spinning) {
+        if (atomic_load(&r->pending) == 0) {
+            atomic_store(&r->orphan, true);
+            /* A post that saw the flags set before they were orphaned did not ring. */
+            if (atomic_load(&r->post_head)) {
+                atomic_store(&r->orphan, false);
+                reactor_stop_polling(r);
+            }
+        } else {
+            reactor_stop_polling(r);
+        }
+    }
     tl_running = outer;
     pthread_mutex_unlock(&r->prog_mtx);
     return true;
@@ -369,7 +385,7 @@ void hccl_reactor_post(hccl_reactor_t *r, hccl_post_t *post)
     /* Only the push onto an empty queue rings (the reactor drains it all at once), and only
      * when the progress thread sleeps: a spinning one finds the post by itself. Both sides
      * use sequentially consistent accesses, so one of them sees the other. */
-    if (head == NULL && !atomic_load(&r->polling))
+    if (head == NULL && (!atomic_load(&r->polling) || atomic_load(&r->orphan)))
         hccl_reactor_wake(r);
 }
 
@@ -452,6 +468,9 @@ void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns)
 {
     /* A borrowed loop is run by its owner: we cannot spin in it. */
     r->spin_ns = r->owns_base ? spin_ns : 0;
+    /* A thread blocked in a wait has nothing else to do: it drives for longer before it sleeps,
+     * since a sleep hands the work to the progress thread and costs a wake-up to come back. */
+    r->wait_spin_ns = 20 * r->spin_ns;
 }
 
 void hccl_reactor_set_drivable(hccl_reactor_t *r, bool drivable)
@@ -471,6 +490,7 @@ struct hccl_timer {
     hccl_timer_cb_t cb;
     void *arg;
     hccl_reactor_t *r;   /* borrowed */
+    bool cancelled;      /* under prog_mtx: a firing that waited for the lock does nothing */
     hccl_post_t free_post;
 };
 
@@ -480,7 +500,8 @@ static void timer_on_fire(evutil_socket_t fd, short what, void *arg)
 
     (void)fd, (void)what;
     hccl_reactor_enter(t->r);
-    t->cb(t->arg);
+    if (!t->cancelled)
+        t->cb(t->arg);
     hccl_reactor_leave(t->r);
 }
 
@@ -506,21 +527,35 @@ void hccl_timer_arm(hccl_timer_t *t, int64_t ms)
 {
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
 
+    t->cancelled = false;
     evtimer_add(t->ev, &tv);
 }
 
+/*
+ * Never waits for a firing in progress (libevent's event_del would, and that firing may be
+ * waiting for the lock our caller holds): the firing finds the timer cancelled instead.
+ */
 void hccl_timer_cancel(hccl_timer_t *t)
 {
-    if (t)
-        evtimer_del(t->ev);
+    if (!t)
+        return;
+    t->cancelled = true;
+    event_del_noblock(t->ev);
 }
 
+static void timer_on_finalized(struct event *ev, void *arg)
+{
+    (void)ev;
+    hccl_free(arg);
+}
+
+/* The event goes through libevent's finalizer: a firing still in progress on the loop's
+ * thread ends before the memory does, and nobody waits for it. */
 static void timer_on_free(hccl_post_t *post)
 {
     hccl_timer_t *t = (hccl_timer_t *)((char *)post - offsetof(hccl_timer_t, free_post));
 
-    event_free(t->ev);
-    hccl_free(t);
+    event_free_finalize(0, t->ev, timer_on_finalized);
 }
 
 /* Cancelled now, freed from the loop: the timer may be the one whose callback is running. */
@@ -528,7 +563,7 @@ void hccl_timer_destroy(hccl_timer_t *t)
 {
     if (!t)
         return;
-    evtimer_del(t->ev);
+    hccl_timer_cancel(t);
     t->free_post.fn = timer_on_free;
     hccl_reactor_post(t->r, &t->free_post);
 }

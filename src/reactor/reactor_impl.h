@@ -27,6 +27,7 @@ struct hccl_reactor {
      * pollers for spin_ns without progress before it sleeps in epoll, because a sleep and
      * wake-up costs far more than a small collective. */
     int64_t spin_ns;
+    int64_t wait_spin_ns;          /* a driving waiter's bound: it has nothing else to do */
     atomic_bool polling;           /* the progress thread is spinning: posters need not ring */
     atomic_int pending;            /* requests created and not yet complete */
     hccl_poller_t pollers[HCCL_REACTOR_MAX_POLLERS];
@@ -38,6 +39,10 @@ struct hccl_reactor {
     bool drivable;                 /* every link can be polled: a waiter may drive */
     bool thread_spinning;          /* under prog_mtx: the progress thread is in its spin and
                                       clears the polling flags when it stops */
+    /* A waiter that finished with nothing else in flight leaves the polling flags set, so that
+     * peers do not ring for what only a next call can use; that call either drives itself or
+     * posts, and a post rings while the flags are orphaned. */
+    atomic_bool orphan;            /* flags set, nobody polling */
 };
 
 void hccl_reactor_wake(hccl_reactor_t *r);

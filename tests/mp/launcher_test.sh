@@ -131,6 +131,31 @@ launch -n 3 --tag-output sh -c \
     'echo "hello from $RANK_ID"; echo "warning from $RANK_ID" >&2; printf "no newline $RANK_ID"'
 expect "--tag-output prefixes every line" tagged_right
 
+# --bind core: each rank on one CPU of the launcher's set, rank i on the i-th (modulo);
+# --bind none leaves the set alone; anything else is a usage error.
+cpus=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
+ncpus=$(nproc)
+launch -n 3 --bind core sh -c 'echo "$RANK_ID $(awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status)"'
+bound_right() {
+    [ "$rc" -eq 0 ] || return 1
+    local r want
+    for r in 0 1 2; do
+        want=$(python3 -c 'import os,sys; c=sorted(os.sched_getaffinity(0)); print(c[int(sys.argv[1]) % len(c)])' "$r" 2>/dev/null) || return 1
+        out_has "^$r $want\$" || return 1
+    done
+}
+if command -v python3 >/dev/null; then
+    expect "--bind core puts rank i on the i-th CPU" bound_right
+fi
+launch -n 2 --bind none sh -c 'awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status'
+expect "--bind none leaves the CPU set alone" \
+    eval '[ "$rc" -eq 0 ] && [ "$(grep -c -x -- "$cpus" "$tmp/out")" -eq 2 ]'
+launch -n "$((ncpus + 1))" sh -c 'awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status'
+expect "--bind auto does not bind more ranks than CPUs" \
+    eval '[ "$rc" -eq 0 ] && [ "$(grep -c -x -- "$cpus" "$tmp/out")" -eq "$((ncpus + 1))" ]'
+launch -n 2 --bind socket sh -c true
+expect "--bind socket is a usage error" eval '[ "$rc" -eq 2 ] && err_has "--bind wants"'
+
 launch -n 3 sh -c '[ "$RANK_ID" = 2 ] && exit 3; exit 0'
 expect "a rank exiting 3 is named" \
     eval '[ "$rc" -ne 0 ] && err_has "^hccl-run: rank 2 \(pid [0-9]+\) exited with status 3$"'

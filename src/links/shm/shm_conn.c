@@ -256,10 +256,18 @@ hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, 
     return hcclSuccess;
 }
 
+static void shm_live_finalized(struct event *ev, void *arg)
+{
+    (void)ev, (void)arg;
+}
+
 void hccl_shm_conn_close(shm_conn_t *sc)
 {
+    /* Maybe from a waiter driving the reactor while the liveness callback waits for the lock
+     * it holds: libevent's finalizer frees the event once that callback is done, without
+     * waiting here. The callback then finds the connection closed. */
     if (sc->live_ev)
-        event_free(sc->live_ev);
+        event_free_finalize(0, sc->live_ev, shm_live_finalized);
     sc->live_ev = NULL;
     if (sc->out_fd >= 0)
         close(sc->out_fd);

@@ -204,13 +204,14 @@ static void shm_on_peer_gone(evutil_socket_t fd, short what, void *arg)
     shm_conn_t *sc = arg;
     hccl_reactor_t *r = sc->ctx->env->reactor;
     char c;
-    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+    ssize_t n;
 
-    (void)what;
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+    (void)fd, (void)what;
     hccl_reactor_enter(r);
-    shm_peer_gone(sc);
+    /* Closed while this callback waited for the lock: the fd may be another file by now. */
+    n = sc->out_fd < 0 ? 0 : recv(sc->out_fd, &c, 1, MSG_DONTWAIT);
+    if (sc->out_fd >= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR)))
+        shm_peer_gone(sc);
     hccl_reactor_leave(r);
 }
 
