@@ -56,6 +56,14 @@ t_start=$SECONDS
 
 log() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - t_start))s] $*" | tee -a "$out/run.log"; }
 
+# Two benchmarks at once would measure each other (and share $build): a
+# second compare.sh waits here for the first to end.
+exec 9>"${TMPDIR:-/tmp}/hccl-bench-compare.lock"
+if ! flock -n 9; then
+    log "another compare.sh is running: waiting for it to end"
+    flock 9
+fi
+
 # ------------------------------------------------------------------ packages
 # Both MPIs install mpicc/mpirun through alternatives: every call below names
 # its MPI explicitly (mpicc.openmpi, mpirun.openmpi, mpicc.mpich, mpiexec.mpich).
