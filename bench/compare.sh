@@ -198,8 +198,9 @@ launch() {
         ompi+=(--oversubscribe) # Open MPI refuses more ranks than cores otherwise
     fi
     case $lib in
-    hccl) timeout -k 10 "$run_limit" "$hccl_run" -n "$n" "${wrap[@]}" "$hccl_perf" -p oop "$@" ;;
-    hccl-tcp) HCCL_LINKS=tcp timeout -k 10 "$run_limit" "$hccl_run" -n "$n" "${wrap[@]}" "$hccl_perf" -p oop "$@" ;;
+    # Blocking calls (-z 1), as the peers' MPI_Allreduce & co.; the in-flight run overrides it.
+    hccl) timeout -k 10 "$run_limit" "$hccl_run" -n "$n" "${wrap[@]}" "$hccl_perf" -p oop -z 1 "$@" ;;
+    hccl-tcp) HCCL_LINKS=tcp timeout -k 10 "$run_limit" "$hccl_run" -n "$n" "${wrap[@]}" "$hccl_perf" -p oop -z 1 "$@" ;;
     ompi) timeout -k 10 "$run_limit" "${ompi[@]}" "${wrap[@]}" "$build/mpi_perf.ompi" -G "$guard" "$@" ;;
     ompi-tcp)
         timeout -k 10 "$run_limit" "${ompi[@]}" --mca pml ob1 --mca btl tcp,self \
@@ -275,7 +276,7 @@ run_inflight() {
     local n=$1 r=$2 k f
     for k in 1 8; do
         f=$out/logs/hccl-N${k}_n${n}_r${r}
-        launch hccl "$n" -C allreduce -b 1M -e 1M -T "$budget" -w "$warm" -c 0 -N "$k" --csv >"$f.csv" 2>"$f.log" ||
+        launch hccl "$n" -C allreduce -b 1M -e 1M -T "$budget" -w "$warm" -c 0 -N "$k" -z 0 --csv >"$f.csv" 2>"$f.log" ||
             return $?
         grep -E '^[a-z]+,[0-9]+,' "$f.csv" | sed "s/^/hccl,$r,$k,/" >>"$out/inflight.csv" || true
     done

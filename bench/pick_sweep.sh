@@ -2,7 +2,8 @@
 # pick_sweep.sh [build-dir]: does the tuner pick the fastest algorithm?
 #
 # For every collective, at 2, 4 and 8 ranks (shm, this host) and at 8 B, 64 KiB, 1 MiB and
-# 64 MiB (nccl-tests sizes, float32 sum), runs hccl-perf once with the tuner's choice and
+# 64 MiB (nccl-tests sizes, float32 sum; for AllGather, ReduceScatter and AlltoAll the
+# smallest is 8 B per rank), runs hccl-perf once with the tuner's choice and
 # once per algorithm forced with -a, and prints per cell the tuner's pick (read from the
 # INFO log of the plan it built), the time of each algorithm and whether the pick was the
 # fastest (or within PICK_TOLERANCE of it: runs on this 2-core machine vary by that much).
@@ -47,7 +48,13 @@ for rep in $(seq 1 "$reps"); do
   for np in $nps; do
     for coll in $colls; do
       for algo in auto ${algos[$coll]}; do
-        args=(-C "$coll" -s "$sizes" -T "$budget" -w 2 -c 0 -p oop --csv)
+        # The smallest size of the block collectives is per rank: 8 B of 8 ranks is 1 B each.
+        cs=$sizes
+        case $coll in allgather | reducescatter | alltoall)
+          first=${sizes%%,*}
+          [[ $first =~ ^[0-9]+$ ]] && cs=$((first * np))${sizes#"$first"} ;;
+        esac
+        args=(-C "$coll" -s "$cs" -T "$budget" -w 2 -c 0 -p oop --csv)
         [[ $algo == auto ]] || args+=(-a "$algo")
         log=$out/run.log
         # The pick is in the INFO line of each plan rank 0 builds for a float32 call.
