@@ -1,7 +1,8 @@
 /*
  * Ring AllReduce: a reduce-scatter then an all-gather around the ring
  * r -> r+1. Each block is cut into chunks so that large buffers pipeline:
- * chunk c of the next step starts as soon as chunk c of this one is done.
+ * chunk c of the next step starts as soon as chunk c of this one is done. Received chunks
+ * wait for their reduce in a few chunk-sized scratch slots (hccl_slots_t).
  */
 #include <string.h>
 
@@ -25,13 +26,6 @@ static size_t div_up(size_t a, size_t b)
     return (a + b - 1) / b;
 }
 
-/*
- * Received chunks land in a few chunk-sized scratch slots used in turn, not in a scratch as
- * big as the buffer: the slots stay in cache between the receive and the reduction that
- * reads them, and no memory the size of the message is touched for the first time.
- */
-#define RING_SLOTS 4
-
 typedef struct {
     int rank;
     int n;
@@ -41,9 +35,7 @@ typedef struct {
     uint32_t nch_max;  /* chunks of the largest block: the tag stride */
     uint32_t *red;     /* [block][chunk] last step that produced the chunk */
     uint32_t *rs_send; /* [block][chunk] reduce-scatter send of the chunk, or UINT32_MAX */
-    size_t slot_bytes; /* scratch: RING_SLOTS chunk-sized slots, used in turn */
-    uint32_t slot_reader[RING_SLOTS]; /* the reduce that last read each slot, or UINT32_MAX */
-    uint32_t next_slot;
+    hccl_slots_t slots; /* received chunks wait there for their reduce */
 } ring_t;
 
 static uint32_t nchunks(const ring_t *g, size_t len)
@@ -96,17 +88,16 @@ static hcclResult_t ring_reduce_scatter(ring_t *g, hccl_plan_t *p)
         for (uint32_t c = 0; c < block_chunks(g, rb); c++) {
             size_t off, len;
             uint32_t rid, did;
-            uint32_t slot = g->next_slot++ % RING_SLOTS;
-            hccl_bref_t tmp = hccl_bref(HCCL_SLOT_SCRATCH, slot * g->slot_bytes);
+            hccl_bref_t tmp;
+            uint32_t slot = hccl_slots_take(&g->slots, &tmp);
             chunk_range(g, rb, c, &off, &len);
             HCCL_CHECK(hccl_plan_recv(p, prev, tag0 + c, tmp, len * g->esz, &rid));
-            if (g->slot_reader[slot] != UINT32_MAX) /* the slot's last chunk has been reduced */
-                HCCL_CHECK(hccl_plan_dep(p, g->slot_reader[slot], rid));
+            HCCL_CHECK(hccl_slots_fill(&g->slots, p, slot, rid));
             HCCL_CHECK(hccl_plan_reduce(p, hccl_bref(HCCL_SLOT_RECV, off * g->esz),
                                         hccl_bref(HCCL_SLOT_SEND, off * g->esz), tmp, len * g->esz,
                                         s == g->n - 2 ? HCCL_STEP_FINAL_DIV : 0, &did));
             HCCL_CHECK(hccl_plan_dep(p, rid, did));
-            g->slot_reader[slot] = did;
+            hccl_slots_done(&g->slots, slot, did);
             *at(g, g->red, rb, c) = did;
         }
     }
@@ -168,10 +159,8 @@ hcclResult_t hccl_algo_ring_allreduce(int rank, int nranks, const hccl_coll_shap
         res = HCCL_FAIL(hcclSystemError, "ring: out of memory");
         goto err_free;
     }
-    g.slot_bytes = (maxlen < g.chunk_elems ? maxlen : g.chunk_elems) * esz;
-    for (int i = 0; i < RING_SLOTS; i++)
-        g.slot_reader[i] = UINT32_MAX;
-    p->scratch_bytes = RING_SLOTS * g.slot_bytes;
+    hccl_slots_init(&g.slots, 0, (maxlen < g.chunk_elems ? maxlen : g.chunk_elems) * esz);
+    p->scratch_bytes = HCCL_SLOTS * g.slots.bytes;
     HCCL_CHECK_GOTO(ring_reduce_scatter(&g, p), res, err_free);
     HCCL_CHECK_GOTO(ring_all_gather(&g, p), res, err_free);
     hccl_free(g.red);

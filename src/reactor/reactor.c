@@ -28,6 +28,17 @@ static void evthread_init(void)
     evthread_rc = evthread_use_pthreads();
 }
 
+/* Pushes post onto the queue; returns the head it found (NULL: the queue was empty). */
+static hccl_post_t *post_push(hccl_reactor_t *r, hccl_post_t *post)
+{
+    hccl_post_t *head = atomic_load(&r->post_head);
+
+    do {
+        post->next = head;
+    } while (!atomic_compare_exchange_weak(&r->post_head, &head, post));
+    return head;
+}
+
 static void reactor_run_posts(hccl_reactor_t *r)
 {
     hccl_post_t *list = atomic_exchange(&r->post_head, NULL);
@@ -220,11 +231,8 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
 
 void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post)
 {
-    hccl_post_t *head = atomic_load(&r->post_head);
+    hccl_post_t *head = post_push(r, post);
 
-    do {
-        post->next = head;
-    } while (!atomic_compare_exchange_weak(&r->post_head, &head, post));
     /*
      * No ring when the caller's hccl_reactor_help will find the post: it runs unless the lock
      * is held, and whoever holds it looks at the queue before it lets go (the progress thread
@@ -377,11 +385,8 @@ void hccl_reactor_wake(hccl_reactor_t *r)
 
 void hccl_reactor_post(hccl_reactor_t *r, hccl_post_t *post)
 {
-    hccl_post_t *head = atomic_load(&r->post_head);
+    hccl_post_t *head = post_push(r, post);
 
-    do {
-        post->next = head;
-    } while (!atomic_compare_exchange_weak(&r->post_head, &head, post));
     /* Only the push onto an empty queue rings (the reactor drains it all at once), and only
      * when the progress thread sleeps: a spinning one finds the post by itself. Both sides
      * use sequentially consistent accesses, so one of them sees the other. */
