@@ -54,6 +54,17 @@ hccl_cost_class_t hccl_topo_cost_class(const hccl_card_t *cards, int nranks);
 struct hcclComm;
 /* Logs the tuner's picks at INFO (rank 0) and writes HCCL_TOPO_DUMP as JSON. */
 void hccl_topo_report(const struct hcclComm *comm);
+/* The tuner's pick for coll at bytes on this communicator. */
+hccl_algo_t hccl_topo_pick(const struct hcclComm *comm, hccl_coll_t coll, size_t bytes);
+/* One link class as hccl-topo measures it: a ping-pong between ranks a and b. */
+typedef struct {
+    int link; /* HCCL_LINK_* */
+    int a, b;
+    double latency_us;     /* one way, 8 bytes */
+    double bandwidth_gbps; /* one direction, large messages */
+} hccl_topo_linkperf_t;
+/* The HCCL_TOPO_DUMP document; perf (nperf entries, may be 0) adds the measured link classes. */
+void hccl_topo_write_json(const struct hcclComm *comm, FILE *f, const hccl_topo_linkperf_t *perf, int nperf);
 /* Measures the tuner's constants with a few AllReduces (calibrate.c); every rank must call it. */
 hcclResult_t hccl_comm_calibrate(struct hcclComm *comm);
 

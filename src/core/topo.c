@@ -61,7 +61,7 @@ hccl_cost_class_t hccl_topo_cost_class(const hccl_card_t *cards, int nranks)
     return HCCL_COST_SHM;
 }
 
-static const size_t report_sizes[] = {8, 64 << 10, 1 << 20, 64 << 20};
+static const size_t report_sizes[] = {8, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
 
 /* The collectives whose pick depends on size (AlltoAllv and Barrier have one algorithm). */
 static const hccl_coll_t report_colls[] = {
@@ -69,7 +69,7 @@ static const hccl_coll_t report_colls[] = {
     HCCL_COLL_REDUCESCATTER, HCCL_COLL_ALLTOALL,
 };
 
-static hccl_algo_t pick_for(const struct hcclComm *comm, hccl_coll_t coll, size_t bytes)
+hccl_algo_t hccl_topo_pick(const struct hcclComm *comm, hccl_coll_t coll, size_t bytes)
 {
     hccl_coll_shape_t shape = {coll, bytes, hcclUint8, hcclSum, 0, NULL};
 
@@ -108,7 +108,7 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void topo_write_json(const struct hcclComm *comm, FILE *f)
+void hccl_topo_write_json(const struct hcclComm *comm, FILE *f, const hccl_topo_linkperf_t *perf, int nperf)
 {
     const hccl_cost_t *m = &comm->tuner.model;
     bool first_host = true;
@@ -134,7 +134,28 @@ static void topo_write_json(const struct hcclComm *comm, FILE *f)
         int id = r == comm->rank ? -1 : comm->link_of[r];
         fprintf(f, "%s\"%d\": \"%s\"", r ? ", " : "", r, id < 0 ? "self" : hccl_link_by_id(id)->name);
     }
-    fprintf(f, "},\n  \"cost_model\": {\"class\": \"%s\", \"source\": \"%s\", \"alpha_us\": %.3f, "
+    /* Every pair, not only ours: what each rank uses to reach each other one. */
+    fprintf(f, "},\n  \"link_matrix\": [");
+    for (int r = 0; r < comm->nranks; r++) {
+        fprintf(f, "%s\n    [", r ? "," : "");
+        for (int q = 0; q < comm->nranks; q++) {
+            int id = q == r ? -1 : hccl_topo_pick_link(&comm->cards[r], &comm->cards[q]);
+            fprintf(f, "%s\"%s\"", q ? ", " : "",
+                    q == r ? "self" : id < 0 ? "none" : hccl_link_by_id(id)->name);
+        }
+        fprintf(f, "]");
+    }
+    fprintf(f, "\n  ],\n");
+    if (nperf > 0) {
+        fprintf(f, "  \"link_classes\": [");
+        for (int i = 0; i < nperf; i++)
+            fprintf(f, "%s\n    {\"link\": \"%s\", \"ranks\": [%d, %d], \"latency_us\": %.3f, "
+                       "\"bandwidth_GBps\": %.3f}",
+                    i ? "," : "", hccl_link_by_id(perf[i].link)->name, perf[i].a, perf[i].b,
+                    perf[i].latency_us, perf[i].bandwidth_gbps);
+        fprintf(f, "\n  ],\n");
+    }
+    fprintf(f, "  \"cost_model\": {\"class\": \"%s\", \"source\": \"%s\", \"alpha_us\": %.3f, "
                "\"bandwidth_GBps\": %.3f, \"reduce_GBps\": %.3f},\n  \"chunk_bytes\": %zu,\n"
                "  \"algorithms\": {",
             comm->tuner.cls == HCCL_COST_TCP ? "tcp" : "shm",
@@ -146,7 +167,7 @@ static void topo_write_json(const struct hcclComm *comm, FILE *f)
         fprintf(f, "%s\n    \"%s\": {", c ? "," : "", hccl_coll_name(report_colls[c]));
         for (size_t s = 0; s < sizeof(report_sizes) / sizeof(report_sizes[0]); s++)
             fprintf(f, "%s\"%zu\": \"%s\"", s ? ", " : "", report_sizes[s],
-                    hccl_algo_name(pick_for(comm, report_colls[c], report_sizes[s])));
+                    hccl_algo_name(hccl_topo_pick(comm, report_colls[c], report_sizes[s])));
         fprintf(f, "}");
     }
     fprintf(f, "\n  }\n}\n");
@@ -161,10 +182,10 @@ void hccl_topo_report(const struct hcclComm *comm)
         for (size_t c = 0; c < sizeof(report_colls) / sizeof(report_colls[0]); c++)
             HCCL_INFO(HCCL_SUB_ALGO, "tuner (%s model, %d ranks): %s 8 B %s, 64 KiB %s, 1 MiB %s, 64 MiB %s",
                       comm->tuner.cls == HCCL_COST_TCP ? "tcp" : "shm", comm->nranks,
-                      hccl_coll_name(report_colls[c]), hccl_algo_name(pick_for(comm, report_colls[c], 8)),
-                      hccl_algo_name(pick_for(comm, report_colls[c], 64 << 10)),
-                      hccl_algo_name(pick_for(comm, report_colls[c], 1 << 20)),
-                      hccl_algo_name(pick_for(comm, report_colls[c], 64 << 20)));
+                      hccl_coll_name(report_colls[c]), hccl_algo_name(hccl_topo_pick(comm, report_colls[c], 8)),
+                      hccl_algo_name(hccl_topo_pick(comm, report_colls[c], 64 << 10)),
+                      hccl_algo_name(hccl_topo_pick(comm, report_colls[c], 1 << 20)),
+                      hccl_algo_name(hccl_topo_pick(comm, report_colls[c], 64 << 20)));
     }
     if (!comm->params.topo_dump[0])
         return;
@@ -177,7 +198,7 @@ void hccl_topo_report(const struct hcclComm *comm)
         HCCL_WARN("HCCL_TOPO_DUMP: cannot write %s: %s", path, strerror(errno));
         return;
     }
-    topo_write_json(comm, f);
+    hccl_topo_write_json(comm, f, NULL, 0);
     fclose(f);
     HCCL_INFO(HCCL_SUB_INIT, "topology written to %s", path);
 }

@@ -15,7 +15,8 @@ dump() { # name, then environment assignments
 
 dump measured
 grep -q '"source": "measured"' "$dir/measured.json" || fail "no measured model"
-grep -q '"allreduce": {"8": "[a-z_]*", "65536": "[a-z_]*"' "$dir/measured.json" || fail "no picks"
+grep -q '"allreduce": {"8": "[a-z_]*", "4096": "[a-z_]*", "65536": "[a-z_]*"' "$dir/measured.json" || fail "no picks"
+grep -q '"link_matrix": \[' "$dir/measured.json" || fail "no link matrix"
 
 dump configured HCCL_COST_MODEL=7,3,12
 grep -q '"source": "HCCL_COST_MODEL", "alpha_us": 7.000, "bandwidth_GBps": 3.000, "reduce_GBps": 12.000' \
