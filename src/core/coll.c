@@ -3,14 +3,25 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/fault.h"
 
 static void coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t res,
                         const char *msg)
 {
+    uint64_t seq = req->seq;
+
     hccl_timer_destroy(req->timer);
     req->timer = NULL;
     req->run = NULL;
     hccl_request_complete(req, res, msg); /* req may be gone after this */
+    if (comm->faults) {
+        /* Before the count drops: once it is zero, a destroy may free comm. */
+        pthread_mutex_lock(&comm->mtx);
+        bool idle = comm->outstanding == 1;
+        pthread_mutex_unlock(&comm->mtx);
+        if (idle)
+            hccl_fault_point(comm, HCCL_FAULT_AT_IDLE, seq);
+    }
     pthread_mutex_lock(&comm->mtx);
     comm->outstanding--;
     pthread_cond_broadcast(&comm->cond);
@@ -337,9 +348,12 @@ static void coll_on_post(hccl_post_t *post)
     hcclResult_t res, err = atomic_load(&comm->async_error);
 
     if (err != hcclSuccess) {
-        char msg[512];
+        char msg[512], text[768], what[96];
         hccl_comm_error_text(comm, msg, sizeof(msg));
-        coll_finish(comm, req, err, msg);
+        coll_describe(req, what, sizeof(what));
+        snprintf(text, sizeof(text), "%s (%zu x %s) not started: the communicator had failed: %s",
+                 what, req->count, hccl_dtype_name(req->dtype), msg);
+        coll_finish(comm, req, err, text);
         return;
     }
     if (comm->params.exec_timeout_ms > 0) {
@@ -443,7 +457,13 @@ static hcclResult_t coll_submit(struct hcclComm *comm, const char *fn, coll_call
         char msg[512];
         hccl_comm_error_text(comm, msg, sizeof(msg));
         hccl_free(c->v);
-        return HCCL_FAIL(err, "%s: the communicator has failed: %s", fn, msg);
+        if (c->coll == HCCL_COLL_SEND || c->coll == HCCL_COLL_RECV)
+            return HCCL_FAIL(err, "%s: %s rank %d: the communicator has failed: %s", fn,
+                             c->coll == HCCL_COLL_SEND ? "send to" : "recv from", c->root, msg);
+        /* The sequence number the call would have had, as the peers count it. */
+        return HCCL_FAIL(err, "%s: %s seq %llu not started: the communicator has failed: %s", fn,
+                         hccl_coll_name(c->coll), (unsigned long long)atomic_load(&comm->next_seq),
+                         msg);
     }
     if (hccl_request_create(comm->reactor, &req) != hcclSuccess) {
         hccl_free(c->v);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "core/fault.h"
 
 #define HCCL_ID_MAGIC 0x44494343u /* "CCID" */
 #define HCCL_ID_VERSION 1
@@ -80,6 +81,7 @@ static void comm_free(struct hcclComm *comm, bool graceful)
     hccl_free(comm->p2p_send_seq);
     hccl_free(comm->p2p_recv_seq);
     hccl_free(comm->cards);
+    hccl_fault_detach(comm);
     pthread_mutex_destroy(&comm->mtx);
     pthread_cond_destroy(&comm->cond);
     comm->magic = 0;
@@ -178,6 +180,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     hccl_log_set_rank(rank);
     memset(&card, 0, sizeof(card));
     HCCL_CHECK_GOTO(hccl_params_load(&comm->params, config), res, err_report);
+    hccl_fault_attach(comm);
     deadline = hccl_now_ms() + comm->params.connect_timeout_ms;
     card.config_hash = config_hash(&comm->params);
     HCCL_CHECK_GOTO(hccl_reactor_create(config && config->size >= offsetof(hcclConfig_t, eventBase) +
@@ -210,9 +213,11 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     comm->env.cards = bs.cards;
     comm->env.comm_id = bs.comm_id;
     memcpy(comm->env.secret, bs.secret, sizeof(bs.secret));
+    hccl_fault_point(comm, HCCL_FAULT_AT_INIT, UINT64_MAX);
     HCCL_CHECK_GOTO(comm_connect_links(comm, deadline), res, err_free);
 
     HCCL_CHECK_GOTO(hccl_exec_create(comm->reactor, rank, nranks, comm->conns, &comm->exec), res, err_free);
+    hccl_fault_enable_steps(comm);
     HCCL_CHECK_GOTO(hccl_plan_cache_create(HCCL_PLAN_CACHE_SIZE, &comm->plans), res, err_free);
     hccl_tuner_init(&comm->tuner, comm->params.algo, comm->params.buffsize);
     hccl_tuner_set_model(&comm->tuner, hccl_topo_cost_class(comm->cards, nranks),
@@ -248,6 +253,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d ready (communicator %016llx, host %s)", rank, nranks,
               (unsigned long long)bs.comm_id, card.host);
     *comm_p = comm;
+    hccl_fault_point(comm, HCCL_FAULT_AT_IDLE, UINT64_MAX);
     return hcclSuccess;
 
 err_report:
@@ -540,6 +546,7 @@ HCCL_API hcclResult_t hcclCommDestroy(hcclComm_t comm)
     HCCL_CHECK(hccl_comm_check(comm, "hcclCommDestroy"));
     HCCL_CHECK(comm_check_not_in_loop(comm, "hcclCommDestroy"));
     comm_wait_idle(comm);
+    hccl_fault_point(comm, HCCL_FAULT_AT_DESTROY, UINT64_MAX);
     comm_free(comm, true);
     return hcclSuccess;
 }

@@ -93,6 +93,7 @@ struct hcclComm {
     _Atomic hcclResult_t async_error;
     char async_msg[512];             /* under mtx */
     bool links_aborted;
+    struct hccl_fault_set *faults;   /* owned; HCCL_FAULT for this rank, NULL: none (fault.h) */
     /* outstanding requests, for destroy */
     pthread_mutex_t mtx;
     pthread_cond_t cond;

@@ -25,7 +25,7 @@ static const char *const known_vars[] = {
 /* Names of the API that this version does not act on yet: setting one warns instead of
  * silently doing nothing. */
 static const char *const unsupported_vars[] = {
-    "HCCL_RANK_TABLE", "HCCL_DUMP_ON_SIGNAL", "HCCL_FAULT",
+    "HCCL_RANK_TABLE", "HCCL_DUMP_ON_SIGNAL",
 };
 
 #define HCCL_DEFAULT_CONNECT_TIMEOUT_S 120

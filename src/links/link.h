@@ -102,6 +102,12 @@ typedef struct hccl_link_ops {
     void (*shutdown)(void *ctx, int64_t deadline_ms);
     /* Frees everything (the reactor is no longer running). */
     void (*fini)(void *ctx);
+    /*
+     * Reactor thread (fault injection): closes the connection to peer at once, as a cut cable
+     * would. Its transfers fail with hcclRemoteError and the communicator is told (on_fatal);
+     * the peer sees the connection end. Optional.
+     */
+    void (*close)(void *ctx, int peer);
 } hccl_link_ops_t;
 
 #define HCCL_LINK_HAS_OP(ops_x, op_x)                                                    \

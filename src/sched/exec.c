@@ -20,6 +20,8 @@ struct hccl_exec {
     int inflight;
     hccl_run_t *pool;         /* finished runs kept for reuse, linked by next */
     int npool;
+    hccl_exec_step_hook_t step_hook; /* NULL unless faults are injected */
+    void *step_hook_arg;
 };
 
 /*
@@ -91,6 +93,12 @@ void hccl_exec_destroy(hccl_exec_t *ex)
         run_release_memory(run);
     }
     hccl_free(ex);
+}
+
+void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *arg)
+{
+    ex->step_hook = hook;
+    ex->step_hook_arg = arg;
 }
 
 int hccl_exec_inflight(const hccl_exec_t *ex)
@@ -267,6 +275,11 @@ static void run_issue(hccl_run_t *run, uint32_t id)
     size_t esz = hccl_dtype_size(p->dtype);
     hcclResult_t res;
 
+    if (run->ex->step_hook) {
+        run->ex->step_hook(run->ex->step_hook_arg, run->seq, id);
+        if (run->failed)
+            return; /* the hook broke a link: the step is never issued */
+    }
     switch (s->kind) {
     case HCCL_STEP_SEND:
     case HCCL_STEP_RECV:

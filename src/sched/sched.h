@@ -194,6 +194,12 @@ hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq,
 hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq, uint32_t sig,
                                  const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb,
                                  void *arg, hccl_run_t **run_p);
+/*
+ * Called on the reactor thread just before each step is issued, with the run's sequence number
+ * and the step's index (fault injection; NULL, the default, costs one branch per step).
+ */
+typedef void (*hccl_exec_step_hook_t)(void *arg, uint64_t seq, uint32_t step);
+void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *arg);
 /* Ends every run in flight with res/msg (their link operations are the caller's to cancel). */
 void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg);
 /* Number of runs in flight. */

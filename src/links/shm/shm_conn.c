@@ -214,6 +214,71 @@ static hcclResult_t shm_accept_bell(shm_ctx_t *ctx, int64_t deadline_ms, int *go
     return hcclSuccess;
 }
 
+/* The local peers whose doorbell has not come, as "1,3". */
+static void shm_missing(const shm_ctx_t *ctx, char *buf, size_t len)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < ctx->nactive && o + 12 < len; i++)
+        if (ctx->conns[ctx->active[i]]->peer_bell < 0)
+            o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? "," : "", ctx->active[i]);
+}
+
+static hcclResult_t shm_fail_missing(const shm_ctx_t *ctx, hcclResult_t res, int gone)
+{
+    char missing[256];
+
+    if (gone >= 0)
+        return HCCL_FAIL(res, "rank %d: shm: rank %d (pid %d) went away during link set-up (its "
+                              "process exited or its initialisation failed)", ctx->env->rank, gone,
+                         (int)ctx->conns[gone]->pid);
+    shm_missing(ctx, missing, sizeof(missing));
+    return HCCL_FAIL(res, "rank %d: shm: ranks %s did not hand over their doorbell before the "
+                          "connect timeout", ctx->env->rank, missing);
+}
+
+/*
+ * Waits up to ms for a doorbell hand-over on the listener (*got_p = 0) while watching our
+ * connections to the peers not yet in: one that ends means that peer is gone, and waiting for
+ * it until the deadline would only delay the error.
+ */
+static hcclResult_t shm_wait_bells(shm_ctx_t *ctx, int ms, int *got_p)
+{
+    struct pollfd *p = hccl_calloc((size_t)ctx->nactive + 1, sizeof(*p));
+    int *who = hccl_calloc((size_t)ctx->nactive + 1, sizeof(*who));
+    hcclResult_t res = hcclSuccess;
+    int np = 1;
+
+    *got_p = -1;
+    if (!p || !who) {
+        res = HCCL_FAIL(hcclSystemError, "shm: out of memory");
+        goto out;
+    }
+    p[0] = (struct pollfd){.fd = ctx->uds_fd, .events = POLLIN};
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        if (sc->peer_bell >= 0 || sc->out_fd < 0)
+            continue;
+        who[np] = ctx->active[i];
+        p[np++] = (struct pollfd){.fd = sc->out_fd, .events = POLLIN | POLLRDHUP};
+    }
+    if (poll(p, (nfds_t)np, ms) <= 0)
+        goto out;
+    for (int i = 1; i < np; i++) {
+        if (p[i].revents) {
+            res = shm_fail_missing(ctx, hcclRemoteError, who[i]);
+            goto out;
+        }
+    }
+    if (p[0].revents)
+        *got_p = 0;
+out:
+    hccl_free(p);
+    hccl_free(who);
+    return res;
+}
+
 hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms)
 {
     hccl_link_env_t *env = ctx->env;
@@ -236,13 +301,12 @@ hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, 
         HCCL_CHECK(shm_send_bell(ctx, ctx->conns[peers[i]], card, deadline_ms));
     }
     while (waiting > 0) {
-        struct pollfd p = {.fd = ctx->uds_fd, .events = POLLIN};
         int64_t left = deadline_ms - hccl_now_ms();
         int got;
         if (left <= 0)
-            return HCCL_FAIL(hcclTimeout, "rank %d: shm: %d local peers did not hand over their "
-                                          "doorbell before the connect timeout", env->rank, waiting);
-        if (poll(&p, 1, left > 1000 ? 1000 : (int)left) <= 0)
+            return shm_fail_missing(ctx, hcclTimeout, -1);
+        HCCL_CHECK(shm_wait_bells(ctx, left > 1000 ? 1000 : (int)left, &got));
+        if (got < 0)
             continue;
         HCCL_CHECK(shm_accept_bell(ctx, deadline_ms, &got));
         if (got >= 0)

@@ -341,6 +341,18 @@ static void shm_abort(void *vctx, hcclResult_t res)
     }
 }
 
+static void shm_close_peer(void *vctx, int peer)
+{
+    shm_ctx_t *ctx = vctx;
+    shm_conn_t *sc = ctx->conns[peer];
+
+    if (!sc || sc->stream.failed)
+        return;
+    hccl_error_set_quiet(hcclRemoteError, "rank %d: shm connection to rank %d (pid %d) was cut "
+                         "(HCCL_FAULT close)", ctx->env->rank, peer, (int)sc->pid);
+    shm_conn_fail(sc, hcclRemoteError); /* closing our sockets is what the peer sees */
+}
+
 static void shm_shutdown(void *vctx, int64_t deadline_ms)
 {
     shm_ctx_t *ctx = vctx;
@@ -389,4 +401,5 @@ const hccl_link_ops_t hccl_link_shm_ops = {
     .abort = shm_abort,
     .shutdown = shm_shutdown,
     .fini = shm_fini,
+    .close = shm_close_peer,
 };

@@ -252,6 +252,18 @@ static void tcp_abort(void *vctx, hcclResult_t res)
     }
 }
 
+static void tcp_close_peer(void *vctx, int peer)
+{
+    tcp_ctx_t *ctx = vctx;
+    tcp_conn_t *tc = ctx->conns[peer];
+
+    if (!tc || tc->fd < 0 || tc->stream.failed)
+        return;
+    hccl_error_set_quiet(hcclRemoteError, "rank %d: tcp connection to rank %d (%s) was cut "
+                         "(HCCL_FAULT close)", ctx->env->rank, peer, tc->peer_addr);
+    tcp_conn_fail(tc, hcclRemoteError);
+}
+
 static void tcp_shutdown(void *vctx, int64_t deadline_ms)
 {
     tcp_ctx_t *ctx = vctx;
@@ -303,4 +315,5 @@ const hccl_link_ops_t hccl_link_tcp_ops = {
     .abort = tcp_abort,
     .shutdown = tcp_shutdown,
     .fini = tcp_fini,
+    .close = tcp_close_peer,
 };
