@@ -154,7 +154,7 @@ int main(int argc, char **argv)
 {
     const char *kase = "", *dir = "/tmp";
     int victim = -1, rank, n, at = -1;
-    int32_t *buf = malloc(COUNT * sizeof(int32_t));
+    static int32_t buf[COUNT];
     hcclResult_t res, async = hcclSuccess;
     hcclComm_t comm = NULL;
     char msg[1024] = "";
@@ -171,7 +171,7 @@ int main(int argc, char **argv)
     }
     rank = g_rank = getenv("RANK_ID") ? atoi(getenv("RANK_ID")) : -1;
     n = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 0;
-    if (!buf || victim < 0 || victim >= n || rank < 0)
+    if (victim < 0 || victim >= n || rank < 0)
         return fail("usage: mp_fault --case C --victim V --dir D (under hccl-run)", NULL);
     coll = strcmp(kase, "init") != 0 && strcmp(kase, "absent") != 0;
     if (!strcmp(kase, "absent") && rank == victim) {
