@@ -112,6 +112,11 @@ static hcclResult_t shm_map_peer(shm_ctx_t *ctx, shm_conn_t *sc, const shm_card_
                          sc->conn.peer, (unsigned long long)card->ring_bytes, ctx->ring_bytes);
     fd = shm_open(card->seg, O_RDWR | O_CLOEXEC, 0);
 
+    /* The name lives until every local peer has mapped it: gone now, its owner has given up. */
+    if (fd < 0 && errno == ENOENT)
+        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: rank %d's segment %s is gone: that rank "
+                                          "exited or its link set-up failed", me, sc->conn.peer,
+                         card->seg);
     if (fd < 0)
         return HCCL_FAIL(hcclSystemError, "rank %d: shm: cannot open rank %d's segment %s: %s", me,
                          sc->conn.peer, card->seg, strerror(errno));
