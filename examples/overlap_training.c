@@ -1,0 +1,363 @@
+/*
+ * overlap_training: data-parallel SGD on a small MLP, the gradient AllReduce of
+ * each layer overlapped with the backward pass of the layers before it.
+ *
+ *   hccl-run -n 2 ./overlap_training                         # a short run, checked
+ *   hccl-run -n 4 ./overlap_training --iters 30 --width 768  # a longer one, to measure
+ *
+ * Options: --iters N (timed iterations per mode, at most 1000, default 4), --layers L (4),
+ * --width W (neurons per layer, 384), --batch B (per rank, 8), --lr X (0.05).
+ *
+ * Every rank holds the same model (same seed) and trains on its own synthetic
+ * data. The backward pass produces the gradients last layer first; as soon as
+ * one layer's gradient is ready it is AllReduced (hcclAvg) with
+ * hcclAllReduceAsync while the next layer's gradient is computed, and the SGD
+ * step waits for all of them (hcclWaitAll). The same iterations are timed three
+ * ways: (a) with overlap, (b) waiting right after each post, (c) compute alone
+ * (no communication). The fraction of communication hidden is
+ * ((b) - (a)) / ((b) - (c)): 1 when the AllReduces cost nothing beyond the
+ * compute, 0 when overlapping gained nothing. Host-memory collectives need
+ * CPU cycles too (copies and reductions), so the fraction depends on idle
+ * cores: with more ranks than cores the communication competes with compute.
+ *
+ * Checks: the loss goes down, and at the end every rank's weights are
+ * bit-identical (a hash of them AllGathered and compared). Exit 1 otherwise.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hccl.h"
+
+static int g_rank = -1;
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        hcclResult_t r_ = (call);                                                                  \
+        if (r_ != hcclSuccess) {                                                                   \
+            fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, #call, hcclGetErrorString(r_), \
+                    hcclGetLastError(NULL));                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define MAX_LAYERS 16
+
+typedef enum { MODE_OVERLAP, MODE_SERIAL, MODE_COMPUTE } train_mode_t;
+
+typedef struct {
+    int layers, width, batch;
+    float lr;
+    float *w[MAX_LAYERS];       /* layer l: width x width, row o holds the weights into neuron o */
+    float *grad[MAX_LAYERS];    /* the gradient bucket of layer l, AllReduced in place */
+    float *act[MAX_LAYERS + 1]; /* act[0] the input, act[l + 1] = relu(z[l]) (the last: z) */
+    float *z[MAX_LAYERS];       /* pre-activations, batch x width */
+    float *delta, *delta_prev;  /* d loss / d z of the layer being back-propagated */
+    float *target;              /* batch x width */
+} mlp_t;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static float *alloc_floats(size_t n)
+{
+    float *p = calloc(n, sizeof(float));
+
+    if (!p) {
+        fprintf(stderr, "rank %d: out of memory\n", g_rank);
+        exit(1);
+    }
+    return p;
+}
+
+/* xorshift64*: a fixed sequence per seed, the same on every machine. */
+static float rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return (float)((*s * 2685821657736338717ull) >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
+}
+
+static void mlp_init_weights(mlp_t *m)
+{
+    uint64_t seed = 42; /* the same on every rank: data parallelism starts from one model */
+    float scale = sqrtf(2.0f / (float)m->width);
+
+    for (int l = 0; l < m->layers; l++)
+        for (size_t i = 0; i < (size_t)m->width * m->width; i++)
+            m->w[l][i] = rnd(&seed) * scale;
+}
+
+/* This rank's next batch: inputs in [-1, 1], the target a fixed function of them. */
+static void next_batch(mlp_t *m, uint64_t *seed)
+{
+    int w = m->width;
+
+    for (int b = 0; b < m->batch; b++)
+        for (int i = 0; i < w; i++)
+            m->act[0][b * w + i] = rnd(seed);
+    for (int b = 0; b < m->batch; b++)
+        for (int i = 0; i < w; i++)
+            m->target[b * w + i] = 0.5f * m->act[0][b * w + (w - 1 - i)];
+}
+
+/* Returns this rank's loss on the batch. */
+static float forward(mlp_t *m)
+{
+    int w = m->width;
+    float loss = 0;
+
+    for (int l = 0; l < m->layers; l++) {
+        for (int b = 0; b < m->batch; b++) {
+            const float *in = m->act[l] + (size_t)b * w;
+            for (int o = 0; o < w; o++) {
+                const float *row = m->w[l] + (size_t)o * w;
+                float s = 0;
+                for (int i = 0; i < w; i++)
+                    s += row[i] * in[i];
+                m->z[l][b * w + o] = s;
+                m->act[l + 1][b * w + o] = l == m->layers - 1 ? s : (s > 0 ? s : 0);
+            }
+        }
+    }
+    for (int b = 0; b < m->batch; b++)
+        for (int o = 0; o < w; o++) {
+            float d = m->act[m->layers][b * w + o] - m->target[b * w + o];
+            loss += 0.5f * d * d / (float)m->batch;
+            m->delta[b * w + o] = d / (float)m->batch;
+        }
+    return loss;
+}
+
+/* Backward from the last layer: each layer's gradient is handed to comm as soon as it exists. */
+static void backward(mlp_t *m, train_mode_t mode, hcclComm_t comm, hcclRequest_t *reqs)
+{
+    int w = m->width;
+
+    for (int l = m->layers - 1; l >= 0; l--) {
+        float *g = m->grad[l];
+
+        memset(g, 0, (size_t)w * w * sizeof(float));
+        for (int b = 0; b < m->batch; b++) {
+            const float *d = m->delta + (size_t)b * w, *a = m->act[l] + (size_t)b * w;
+            for (int o = 0; o < w; o++) {
+                float *row = g + (size_t)o * w;
+                for (int i = 0; i < w; i++)
+                    row[i] += d[o] * a[i];
+            }
+        }
+        reqs[l] = NULL;
+        if (mode != MODE_COMPUTE) {
+            CHECK(hcclAllReduceAsync(g, g, (size_t)w * w, hcclFloat32, hcclAvg, comm, &reqs[l]));
+            if (mode == MODE_SERIAL)
+                CHECK(hcclWait(&reqs[l]));
+        }
+        if (l == 0)
+            break;
+        /* delta of layer l - 1 = (delta W_l) masked by relu'(z_{l-1}); W_l is not yet updated. */
+        memset(m->delta_prev, 0, (size_t)m->batch * w * sizeof(float));
+        for (int b = 0; b < m->batch; b++) {
+            const float *d = m->delta + (size_t)b * w;
+            float *dp = m->delta_prev + (size_t)b * w;
+            for (int o = 0; o < w; o++) {
+                const float *row = m->w[l] + (size_t)o * w;
+                for (int i = 0; i < w; i++)
+                    dp[i] += d[o] * row[i];
+            }
+            for (int i = 0; i < w; i++)
+                if (m->z[l - 1][b * w + i] <= 0)
+                    dp[i] = 0;
+        }
+        float *t = m->delta;
+        m->delta = m->delta_prev;
+        m->delta_prev = t;
+    }
+}
+
+static float train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *seed)
+{
+    hcclRequest_t reqs[MAX_LAYERS];
+    /* Compute alone keeps the cost of the update but not its effect (w - 0 * g == w), so that
+     * the ranks' models stay identical while the modes take turns. */
+    float loss, lr = mode == MODE_COMPUTE ? 0.0f : m->lr;
+
+    next_batch(m, seed);
+    loss = forward(m);
+    backward(m, mode, comm, reqs);
+    CHECK(hcclWaitAll(m->layers, reqs)); /* the optimizer needs every averaged gradient */
+    for (int l = 0; l < m->layers; l++)
+        for (size_t i = 0; i < (size_t)m->width * m->width; i++)
+            m->w[l][i] -= lr * m->grad[l][i];
+    return loss;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define MAX_ITERS 1000
+
+/* The three modes take turns, iteration by iteration, so that a change in the machine's load
+ * touches all three alike; ms_p[mode] is the median time of an iteration in that mode. */
+static void time_modes(mlp_t *m, hcclComm_t comm, int iters, uint64_t *seed, double ms_p[3],
+                       float *first_loss, float *last_loss)
+{
+    static double t[3][MAX_ITERS];
+
+    *first_loss = train_step(m, MODE_SERIAL, comm, seed); /* warm-up: plans built, pages touched */
+    for (int it = 0; it < iters; it++) {
+        for (int mode = 0; mode < 3; mode++) {
+            double t0;
+            float loss;
+            CHECK(hcclBarrier(comm)); /* every rank starts the iteration together */
+            t0 = now_ms();
+            loss = train_step(m, (train_mode_t)mode, comm, seed);
+            t[mode][it] = now_ms() - t0;
+            if (mode != MODE_COMPUTE)
+                *last_loss = loss;
+        }
+    }
+    for (int mode = 0; mode < 3; mode++) {
+        qsort(t[mode], (size_t)iters, sizeof(double), cmp_double);
+        ms_p[mode] = t[mode][iters / 2];
+    }
+}
+
+static uint64_t weights_hash(const mlp_t *m)
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (int l = 0; l < m->layers; l++) {
+        const unsigned char *p = (const unsigned char *)m->w[l];
+        for (size_t i = 0; i < (size_t)m->width * m->width * sizeof(float); i++)
+            h = (h ^ p[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+int main(int argc, char **argv)
+{
+    mlp_t m = {.layers = 4, .width = 384, .batch = 8, .lr = 0.05f};
+    int iters = 4, n, failed = 0;
+    double ms[3], t_overlap, t_serial, t_compute;
+    float loss0, loss1;
+    uint64_t seed, hashes[1024], mine;
+    hcclComm_t comm;
+
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--iters"))
+            iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--layers"))
+            m.layers = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--width"))
+            m.width = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch"))
+            m.batch = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--lr"))
+            m.lr = (float)atof(argv[i + 1]);
+        else
+            break;
+    }
+    if (argc % 2 == 0 || iters < 1 || iters > MAX_ITERS || m.layers < 1 || m.layers > MAX_LAYERS ||
+        m.width < 1 || m.batch < 1) {
+        fprintf(stderr, "usage: %s [--iters N] [--layers 1..%d] [--width W] [--batch B] [--lr X]\n",
+                argv[0], MAX_LAYERS);
+        return 2;
+    }
+    CHECK(hcclCommInitFromEnv(&comm));
+    CHECK(hcclCommUserRank(comm, &g_rank));
+    CHECK(hcclCommCount(comm, &n));
+    if (n > 1024) {
+        fprintf(stderr, "at most 1024 ranks\n");
+        return 2;
+    }
+    for (int l = 0; l < m.layers; l++) {
+        m.w[l] = alloc_floats((size_t)m.width * m.width);
+        m.grad[l] = alloc_floats((size_t)m.width * m.width);
+        m.z[l] = alloc_floats((size_t)m.batch * m.width);
+    }
+    for (int l = 0; l <= m.layers; l++)
+        m.act[l] = alloc_floats((size_t)m.batch * m.width);
+    m.delta = alloc_floats((size_t)m.batch * m.width);
+    m.delta_prev = alloc_floats((size_t)m.batch * m.width);
+    m.target = alloc_floats((size_t)m.batch * m.width);
+    seed = 0x9e3779b97f4a7c15ull * (uint64_t)(g_rank + 1); /* each rank its own data */
+
+    mlp_init_weights(&m);
+    time_modes(&m, comm, iters, &seed, ms, &loss0, &loss1);
+    t_overlap = ms[MODE_OVERLAP];
+    t_serial = ms[MODE_SERIAL];
+    t_compute = ms[MODE_COMPUTE];
+
+    /* One bucket's AllReduce alone, to compare with the compute per layer it must hide under. */
+    double ar[5];
+    for (int i = 0; i < 5; i++) {
+        double t0;
+        CHECK(hcclBarrier(comm));
+        t0 = now_ms();
+        CHECK(hcclAllReduce(m.grad[0], m.grad[0], (size_t)m.width * m.width, hcclFloat32, hcclAvg,
+                            comm));
+        ar[i] = now_ms() - t0;
+    }
+    qsort(ar, 5, sizeof(double), cmp_double);
+
+    /* Average the loss over ranks, then check that it fell and that the models agree. */
+    float losses[2] = {loss0, loss1};
+    CHECK(hcclAllReduce(losses, losses, 2, hcclFloat32, hcclAvg, comm));
+    mine = weights_hash(&m);
+    CHECK(hcclAllGather(&mine, hashes, 1, hcclUint64, comm));
+    for (int r = 0; r < n; r++)
+        if (hashes[r] != hashes[0]) {
+            fprintf(stderr, "rank %d: rank %d's weights hash to %016llx, rank 0's to %016llx\n",
+                    g_rank, r, (unsigned long long)hashes[r], (unsigned long long)hashes[0]);
+            failed = 1;
+        }
+    if (!(losses[1] < losses[0])) {
+        fprintf(stderr, "rank %d: the loss did not fall: %g then %g\n", g_rank, (double)losses[0],
+                (double)losses[1]);
+        failed = 1;
+    }
+    if (g_rank == 0) {
+        double mib = (double)m.layers * m.width * m.width * sizeof(float) / (1 << 20);
+        printf("overlap_training: %d ranks, %d layers of %dx%d, batch %d per rank, %.2f MiB of "
+               "gradients per step, %d timed iterations per mode (medians, modes interleaved)\n",
+               n, m.layers, m.width, m.width, m.batch, mib, iters);
+        printf("  (a) overlapped  %8.2f ms/iter\n", t_overlap);
+        printf("  (b) serial      %8.2f ms/iter\n", t_serial);
+        printf("  (c) compute     %8.2f ms/iter\n", t_compute);
+        printf("  one layer: compute %.2f ms ((c) / layers), AllReduce of its %.0f KiB alone %.2f "
+               "ms\n",
+               t_compute / m.layers, (double)m.width * m.width * sizeof(float) / 1024, ar[2]);
+        if (t_serial - t_compute > 0)
+            printf("  communication hidden: %.0f%% ((b)-(a))/((b)-(c)); exposed without overlap "
+                   "%.2f ms\n",
+                   100.0 * (t_serial - t_overlap) / (t_serial - t_compute), t_serial - t_compute);
+        else
+            printf("  communication hidden: n/a (serial was not slower than compute alone)\n");
+        printf("  loss %.5f -> %.5f; weights bit-identical on all %d ranks: %s\n",
+               (double)losses[0], (double)losses[1], n, failed ? "NO" : "yes");
+    }
+    CHECK(hcclCommDestroy(comm));
+    for (int l = 0; l < m.layers; l++) {
+        free(m.w[l]);
+        free(m.grad[l]);
+        free(m.z[l]);
+    }
+    for (int l = 0; l <= m.layers; l++)
+        free(m.act[l]);
+    free(m.delta);
+    free(m.delta_prev);
+    free(m.target);
+    return failed;
+}
