@@ -255,6 +255,19 @@ HCCL_API hcclResult_t hcclCommGetCompletionFd(hcclComm_t comm, int *fd);
 /* Advances a communicator driven by the caller's event loop without blocking; no-op otherwise. */
 HCCL_API hcclResult_t hcclCommProgress(hcclComm_t comm);
 
+/*
+ * Diagnostics: writes to out, for every request in flight on comm, its collective, sequence
+ * number and algorithm, the plan steps not done yet (kind, peer, byte range as slot[begin, end),
+ * and whether each is posted and waiting on its peer, ready, or blocked on earlier steps), and
+ * for each peer link how long ago bytes were last sent and received. Safe to call from any
+ * thread while collectives are blocked: it never waits for the progress thread to answer, and
+ * waits at most about a second for its lock (then says the state was not listed).
+ * hcclInvalidArgument when comm or out is NULL; hcclSystemError if writing out fails.
+ * With HCCL_DUMP_ON_SIGNAL=1, SIGUSR1 writes this report for every live communicator to the
+ * log (stderr or HCCL_DEBUG_FILE).
+ */
+HCCL_API hcclResult_t hcclCommDumpState(hcclComm_t comm, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

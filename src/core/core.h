@@ -133,6 +133,7 @@ typedef struct hccl_params {
     int spin_us;                     /* HCCL_SPIN_US: poll this long without progress, then sleep */
     char cost_model[HCCL_NAME_STRLEN]; /* HCCL_COST_MODEL "alpha_us,GB/s,reduce_GB/s", "" = default */
     char topo_dump[256];             /* HCCL_TOPO_DUMP path, "" = none */
+    int dump_on_signal;              /* HCCL_DUMP_ON_SIGNAL: SIGUSR1 logs hcclCommDumpState */
 } hccl_params_t;
 
 /* Reads the environment once per process (warning about unknown HCCL_* names), then config. */

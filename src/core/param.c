@@ -16,7 +16,7 @@ static const char *const known_vars[] = {
     "HCCL_DEBUG",        "HCCL_DEBUG_SUBSYS",  "HCCL_DEBUG_FILE", "HCCL_COMM_ID",
     "HCCL_COMM_SECRET",  "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_ALGO",
     "HCCL_BUFFSIZE",     "HCCL_LINKS",         "HCCL_SOCKET_IFNAME", "HCCL_NSOCKS",
-    "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
+    "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",     
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
     "HCCL_REDUCE_ISA",
     "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",
@@ -159,6 +159,7 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     p->check = hccl_param_env_long("HCCL_CHECK", 0) != 0;
     p->calibrate = hccl_param_env_long("HCCL_CALIBRATE", 1) != 0;
     p->spin_us = (int)hccl_param_env_long("HCCL_SPIN_US", HCCL_DEFAULT_SPIN_US);
+    p->dump_on_signal = hccl_param_env_long("HCCL_DUMP_ON_SIGNAL", 0) != 0;
     p->cma_threshold = (size_t)hccl_param_env_long("HCCL_CMA_THRESHOLD", HCCL_DEFAULT_CMA_THRESHOLD);
     env_string("HCCL_ALGO", p->algo, sizeof(p->algo));
     env_string("HCCL_LINKS", p->links, sizeof(p->links));

@@ -66,11 +66,28 @@ struct hccl_xfer {
     hccl_post_t post;       /* deferred completion */
 };
 
+/*
+ * When bytes last moved on a connection, in hccl_link_clock_ms() milliseconds (0: never).
+ * Written by whoever runs the reactor, read by diagnostics from any thread.
+ */
+typedef struct {
+    _Atomic int64_t tx_ms;
+    _Atomic int64_t rx_ms;
+} hccl_link_activity_t;
+
+/* A cheap monotonic clock (coarse: a few ms) for the activity stamps. */
+int64_t hccl_link_clock_ms(void);
+static inline void hccl_link_stamp(_Atomic int64_t *at_x)
+{
+    atomic_store_explicit(at_x, hccl_link_clock_ms(), memory_order_relaxed);
+}
+
 typedef struct hccl_conn {
     const struct hccl_link_ops *ops;
     void *ctx;              /* borrowed: the link's per-communicator context */
     int peer;
     void *priv;             /* owned by the link */
+    hccl_link_activity_t activity;
 } hccl_conn_t;
 
 typedef struct hccl_link_ops {

@@ -68,6 +68,8 @@ hcclResult_t hccl_reactor_add_poller(hccl_reactor_t *r, const hccl_poller_t *p);
 /* Every event callback brackets its work with these: a waiter may be running the reactor. */
 void hccl_reactor_enter(hccl_reactor_t *r);
 void hccl_reactor_leave(hccl_reactor_t *r);
+/* hccl_reactor_enter giving up after timeout_ms (diagnostics: a stuck holder must not hang it). */
+bool hccl_reactor_enter_timed(hccl_reactor_t *r, int timeout_ms);
 /* The pollers reach every link: a thread that waits may run the reactor's work itself. */
 void hccl_reactor_set_drivable(hccl_reactor_t *r, bool drivable);
 /*

@@ -413,3 +413,55 @@ void hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len)
     }
     hccl_free(seen);
 }
+
+/* ---- read-only views for diagnostics (the caller holds the progress lock) ---- */
+
+const hccl_run_t *hccl_exec_first_run(const hccl_exec_t *ex)
+{
+    return ex->runs;
+}
+
+const hccl_run_t *hccl_exec_next_run(const hccl_run_t *run)
+{
+    return run->next;
+}
+
+const hccl_plan_t *hccl_exec_run_plan(const hccl_run_t *run)
+{
+    return run->plan;
+}
+
+void *hccl_exec_run_arg(const hccl_run_t *run)
+{
+    return run->cb_arg;
+}
+
+uint32_t hccl_exec_run_remaining(const hccl_run_t *run)
+{
+    return run->remaining;
+}
+
+bool hccl_exec_run_failed(const hccl_run_t *run, const char **msg_p)
+{
+    *msg_p = run->failed ? run->msg : NULL;
+    return run->failed;
+}
+
+hccl_step_state_t hccl_exec_run_step_state(const hccl_run_t *run, uint32_t step, uint32_t *left_p)
+{
+    const hccl_step_t *s = &run->plan->steps[step];
+
+    *left_p = run->left[step];
+    if (run->left[step] > 0)
+        return HCCL_STEP_BLOCKED;
+    /* The ready stack holds what was unblocked and not issued yet; xfers of those are still
+     * zeroed, so it is looked at first. */
+    for (uint32_t i = 0; i < run->nready; i++)
+        if (run->ready[i] == step)
+            return HCCL_STEP_READY;
+    if (s->kind != HCCL_STEP_SEND && s->kind != HCCL_STEP_RECV)
+        return HCCL_STEP_DONE; /* reductions and copies run as soon as they are issued */
+    if (run->xfers[step].res == hcclInProgress)
+        return HCCL_STEP_POSTED;
+    return run->xfers[step].res == hcclSuccess ? HCCL_STEP_DONE : HCCL_STEP_FAILED;
+}

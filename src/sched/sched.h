@@ -210,4 +210,29 @@ uint64_t hccl_exec_run_seq(const hccl_run_t *run);
 /* The run has ended (its completion is on its way): nothing can fail it any more. */
 bool hccl_exec_run_finishing(const hccl_run_t *run);
 
+/*
+ * Diagnostics: read-only views of the runs in flight, for hcclCommDumpState. The caller holds
+ * the reactor's progress lock (hccl_reactor_enter), so that nothing moves while it reads.
+ */
+typedef enum {
+    HCCL_STEP_DONE,
+    HCCL_STEP_BLOCKED,   /* waits for predecessors */
+    HCCL_STEP_READY,     /* predecessors done, not issued yet */
+    HCCL_STEP_POSTED,    /* a send or receive handed to its link, not back yet */
+    HCCL_STEP_FAILED,    /* a send or receive that came back with an error */
+} hccl_step_state_t;
+
+/* The newest run in flight, then the older ones; NULL at the end. */
+const hccl_run_t *hccl_exec_first_run(const hccl_exec_t *ex);
+const hccl_run_t *hccl_exec_next_run(const hccl_run_t *run);
+const hccl_plan_t *hccl_exec_run_plan(const hccl_run_t *run);
+/* The arg given to hccl_exec_start (the request, for the communicator's runs). */
+void *hccl_exec_run_arg(const hccl_run_t *run);
+/* Steps not completed yet. */
+uint32_t hccl_exec_run_remaining(const hccl_run_t *run);
+/* Whether the run has failed (its text in msg_p); it ends once its transfers are back. */
+bool hccl_exec_run_failed(const hccl_run_t *run, const char **msg_p);
+/* Where step stands; *left_p: its predecessors not done yet. */
+hccl_step_state_t hccl_exec_run_step_state(const hccl_run_t *run, uint32_t step, uint32_t *left_p);
+
 #endif /* HCCL_SCHED_H */

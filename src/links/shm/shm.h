@@ -66,6 +66,10 @@ typedef struct shm_ctx {
 } shm_ctx_t;
 
 size_t hccl_shm_slot_bytes(size_t ring_bytes);
+/* A new segment name that says who made it (shm_seg.c). */
+hcclResult_t hccl_shm_seg_name(char *out, size_t len);
+/* Unlinks the segments our user's dead processes left in /dev/shm; returns how many. */
+int hccl_shm_reclaim_stale(void);
 hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob);
 hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);
 void hccl_shm_conn_close(shm_conn_t *sc);

@@ -201,6 +201,7 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         tc->conn.priv = tc;
         hccl_stream_init(&tc->stream, &tcp_io, env->reactor, tc, env->rank, peers[i], SIZE_MAX);
         tc->stream.comm_id = env->comm_id;
+        tc->stream.activity = &tc->conn.activity;
         tc->ev_read = event_new(base, tc->fd, EV_READ | EV_PERSIST, tcp_on_readable, tc);
         tc->ev_write = event_new(base, tc->fd, EV_WRITE | EV_PERSIST, tcp_on_writable, tc);
         if (!tc->ev_read || !tc->ev_write || event_add(tc->ev_read, NULL) != 0)
