@@ -41,10 +41,14 @@
 #define RUN_LINE_MAX        (32 * 1024) /* longer lines are split, each piece tagged */
 #define RUN_TAG_MAX         16          /* "[65535]: " */
 #define RUN_SECRET_BYTES    16
+#define RUN_DUMP_WAIT_S     2.0         /* timeout -> how long the ranks' state reports may take */
+/* The library's last line of a SIGUSR1 state report (src/core/dump.c). */
+#define RUN_DUMP_END        "state dump: end of report"
 
 enum run_phase {
     PHASE_RUNNING,     /* no rank has failed yet */
     PHASE_GRACE,       /* a rank failed; the others have until grace_at to exit */
+    PHASE_DUMPING,     /* timed out; the ranks asked for their state have until dump_until */
     PHASE_TERMINATING, /* SIGTERM or a forwarded signal sent; SIGKILL at kill_at */
     PHASE_KILLED,      /* SIGKILL sent; only reaping is left */
 };
@@ -54,11 +58,13 @@ struct run_stream {
     int out_fd; /* launcher's stdout or stderr, borrowed */
     size_t len; /* bytes in buf not yet written (no newline among them) */
     char *buf;  /* RUN_LINE_MAX bytes, owned */
+    bool dump_done; /* a line ended a state report */
 };
 
 struct run_rank {
     pid_t pid;             /* 0 if never started */
     bool alive;            /* started and not reaped yet */
+    bool dump_asked;       /* sent SIGUSR1 for a state report at the timeout */
     struct run_stream out; /* used with --tag-output only */
     struct run_stream err;
 };
@@ -92,6 +98,7 @@ struct launcher {
     double grace_at;
     double kill_at;
     double give_up_at;
+    double dump_until;
     int exit_code;   /* the first reason to fail wins */
     int fatal_sig;   /* a forwarded signal we then die of ourselves; 0: none */
     int nfds;        /* 1 + 2 * nranks */
@@ -127,6 +134,9 @@ static const char usage_text[] =
     "  host b: hccl-run -n 2 --world-size 4 --rank-offset 2 --comm-id a:29500 ./prog\n"
     "When a rank fails, the others get HCCL_RUN_GRACE_S seconds (default 3) to\n"
     "exit before they are terminated. SIGINT, SIGTERM and SIGHUP are forwarded.\n"
+    "At the timeout, ranks that catch SIGUSR1 (hccl does when HCCL_DUMP_ON_SIGNAL=1,\n"
+    "which is set unless given) are first sent it and write what each of their\n"
+    "requests waits for; they get up to 2 s for it.\n"
     "Exit status: 0 if every rank exited 0, 124 on timeout, 128+n after a\n"
     "forwarded signal n, 2 on bad usage, 1 otherwise.\n";
 
@@ -416,6 +426,9 @@ static int setup_env(const struct launcher *l)
         fprintf(stderr, "hccl-run: HCCL_COMM_SECRET is not set: the rendezvous at %s is not "
                 "authenticated\n", getenv("HCCL_COMM_ID"));
     }
+    /* A rank that hangs can then say why when the timeout comes (unless the user set it to 0). */
+    if (setenv("HCCL_DUMP_ON_SIGNAL", "1", 0) != 0)
+        goto err_setenv;
     snprintf(buf, sizeof(buf), "%d", o->world_size);
     if (setenv("WORLD_SIZE", buf, 1) != 0)
         goto err_setenv;
@@ -629,6 +642,8 @@ static void stream_emit_lines(struct run_stream *s, int rank)
     while ((nl = memchr(s->buf + start, '\n', s->len - start)) != NULL) {
         size_t end = (size_t)(nl - s->buf) + 1;
 
+        if (memmem(s->buf + start, end - start, RUN_DUMP_END, strlen(RUN_DUMP_END)) != NULL)
+            s->dump_done = true;
         stream_emit(s, rank, s->buf + start, end - start, false);
         start = end;
     }
@@ -797,15 +812,82 @@ static void handle_signals(struct launcher *l)
     }
 }
 
-static void on_timeout(struct launcher *l)
+static void timeout_terminate(struct launcher *l)
 {
     char *list = alive_list(l);
 
     fprintf(stderr, "hccl-run: timeout after %g s; ranks still running: %s\n",
             l->opts.timeout_s, list != NULL ? list : "?");
     free(list);
-    set_exit_code(l, 124);
     begin_terminate(l, SIGTERM);
+}
+
+/* Whether pid has a SIGUSR1 handler (SigCgt in /proc): the library's state dump, then. */
+static bool catches_sigusr1(pid_t pid)
+{
+    char path[64], line[256];
+    unsigned long long mask = 0;
+    bool found = false;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = sscanf(line, "SigCgt: %llx", &mask) == 1;
+    fclose(f);
+    return found && (mask & (1ull << (SIGUSR1 - 1))) != 0;
+}
+
+/*
+ * Before the ranks are ended, those that catch SIGUSR1 (HCCL_DUMP_ON_SIGNAL, which we set)
+ * are asked for their state: the report of what each request waits for comes through their
+ * stderr, and the loop waits for it (its last line, with --tag-output) or RUN_DUMP_WAIT_S.
+ */
+static void on_timeout(struct launcher *l)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    const char *sep = "";
+    int asked = 0;
+
+    set_exit_code(l, 124);
+    for (int i = 0; i < l->opts.nranks && f != NULL; i++) {
+        struct run_rank *r = &l->ranks[i];
+
+        if (!r->alive || !catches_sigusr1(r->pid) || kill(r->pid, SIGUSR1) != 0)
+            continue;
+        r->dump_asked = true;
+        asked++;
+        fprintf(f, "%s%d", sep, global_rank(l, i));
+        sep = ",";
+    }
+    if (f != NULL)
+        fclose(f);
+    if (asked == 0) {
+        free(text);
+        timeout_terminate(l);
+        return;
+    }
+    fprintf(stderr, "hccl-run: timeout after %g s; asking ranks %s for their state (SIGUSR1)\n",
+            l->opts.timeout_s, text);
+    free(text);
+    l->phase = PHASE_DUMPING;
+    l->dump_until = now_s() + RUN_DUMP_WAIT_S;
+}
+
+/* Every rank asked has reported (as far as we can see it) or is gone. */
+static bool dumps_complete(const struct launcher *l)
+{
+    for (int i = 0; i < l->opts.nranks; i++) {
+        const struct run_rank *r = &l->ranks[i];
+
+        if (r->dump_asked && r->alive && !(l->opts.tag_output && r->err.dump_done))
+            return false;
+    }
+    return true;
 }
 
 static void on_grace_over(struct launcher *l)
@@ -833,8 +915,10 @@ static bool advance(struct launcher *l)
         if (l->phase < PHASE_TERMINATING)
             begin_terminate(l, SIGTERM); /* ranks are done; their leftovers go */
     }
-    if (l->phase < PHASE_TERMINATING && l->timeout_at > 0 && now >= l->timeout_at)
+    if (l->phase < PHASE_DUMPING && l->timeout_at > 0 && now >= l->timeout_at)
         on_timeout(l);
+    if (l->phase == PHASE_DUMPING && (now >= l->dump_until || dumps_complete(l)))
+        timeout_terminate(l);
     if (l->phase == PHASE_GRACE && now >= l->grace_at)
         on_grace_over(l);
     if (l->phase == PHASE_TERMINATING && now >= l->kill_at)
@@ -851,8 +935,10 @@ static int next_wait_ms(const struct launcher *l)
     double deadline = 0;
     double d;
 
-    if (l->phase < PHASE_TERMINATING)
+    if (l->phase < PHASE_DUMPING)
         deadline = l->timeout_at;
+    if (l->phase == PHASE_DUMPING)
+        deadline = l->dump_until;
     if (l->phase == PHASE_GRACE && (deadline == 0 || l->grace_at < deadline))
         deadline = l->grace_at;
     if (l->phase == PHASE_TERMINATING)
