@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in gcc make cmake pkg-config libevent-dev libcmocka-dev procps iproute2; do
+for pkg in gcc make cmake pkg-config libevent-dev libcmocka-dev procps iproute2 libibverbs-dev librdmacm-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

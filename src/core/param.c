@@ -20,6 +20,7 @@ static const char *const known_vars[] = {
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
     "HCCL_REDUCE_ISA",
     "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",
+    "HCCL_IB_HCA",       "HCCL_IB_GID_INDEX",
 };
 
 /* Names of the API that this version does not act on yet: setting one warns instead of

@@ -41,12 +41,12 @@ void hccl_topo_host_id(const hccl_params_t *p, char *out, size_t len)
 
 int hccl_topo_pick_link(const hccl_card_t *me, const hccl_card_t *peer)
 {
-    static const int preference[] = {HCCL_LINK_SHM, HCCL_LINK_TCP};
+    static const int preference[] = {HCCL_LINK_SHM, HCCL_LINK_RDMA, HCCL_LINK_TCP};
 
     for (size_t i = 0; i < sizeof(preference) / sizeof(preference[0]); i++) {
         int id = preference[i];
         const hccl_link_ops_t *ops = hccl_link_by_id(id);
-        if ((me->links & (1u << id)) && (peer->links & (1u << id)) && ops->reaches(me, peer))
+        if (ops && (me->links & (1u << id)) && (peer->links & (1u << id)) && ops->reaches(me, peer))
             return id;
     }
     return -1;
@@ -56,7 +56,7 @@ hccl_cost_class_t hccl_topo_cost_class(const hccl_card_t *cards, int nranks)
 {
     for (int i = 0; i < nranks; i++)
         for (int j = i + 1; j < nranks; j++)
-            if (hccl_topo_pick_link(&cards[i], &cards[j]) == HCCL_LINK_TCP)
+            if (hccl_topo_pick_link(&cards[i], &cards[j]) != HCCL_LINK_SHM) /* rdma: tcp costs */
                 return HCCL_COST_TCP;
     return HCCL_COST_SHM;
 }

@@ -12,7 +12,13 @@
 #include "core/core.h"
 #include "reactor/reactor.h"
 
-enum { HCCL_LINK_SHM = 0, HCCL_LINK_TCP = 1, HCCL_LINK_SIM = 2, HCCL_LINK_MAX = 3 };
+enum {
+    HCCL_LINK_SHM = 0,
+    HCCL_LINK_TCP = 1,
+    HCCL_LINK_SIM = 2,
+    HCCL_LINK_RDMA = 3, /* a card slot in every build; registered only with HCCL_WITH_RDMA */
+    HCCL_LINK_MAX = 4
+};
 
 #define HCCL_SECRET_BYTES 32
 #define HCCL_CARD_BLOB_BYTES 112
@@ -150,6 +156,9 @@ hccl_xfer_t *hccl_xfer_queue_take(hccl_xfer_queue_t *q, uint64_t seq, uint32_t t
 
 extern const hccl_link_ops_t hccl_link_shm_ops;
 extern const hccl_link_ops_t hccl_link_tcp_ops;
+#ifdef HCCL_WITH_RDMA
+extern const hccl_link_ops_t hccl_link_rdma_ops;
+#endif
 
 /* ---- sim: every rank in one process, for unit tests ---- */
 typedef struct hccl_sim_world hccl_sim_world_t;

@@ -1,0 +1,177 @@
+/*
+ * rdma: ranks on other hosts over RoCE or InfiniBand. librdmacm sets up one RC queue pair per
+ * peer; the stream framing engine (links/stream.h) runs over SEND messages into registered
+ * staging slots, with credits so that a sender never overruns the receiver's posted slots;
+ * large transfers are written straight into the receiver's registered buffer (RDMA WRITE with
+ * immediate after the receiver's clear-to-send).
+ */
+#ifndef HCCL_LINK_RDMA_H
+#define HCCL_LINK_RDMA_H
+
+#include <event2/event.h>
+
+#include "links/rdma/rdma_shim.h"
+#include "links/stream.h"
+
+/* Data slots each side posts per peer: the sender's credits. */
+#define RDMA_CREDITS 16
+/* Receive slots beyond the credits, for credit returns (which take no credit). */
+#define RDMA_CTL_EXTRA 4
+#define RDMA_NRECV (RDMA_CREDITS + RDMA_CTL_EXTRA)
+#define RDMA_NSEND (RDMA_CREDITS + RDMA_CTL_EXTRA)
+/* Transfers of at least this many bytes go zero-copy (HCCL_BUFFSIZE-independent). */
+#define RDMA_ZCOPY_MIN (256u << 10)
+/* Largest single RDMA WRITE; longer zero-copy transfers are written in pieces. */
+#define RDMA_WRITE_MAX (1u << 30)
+/* Zero-copy receives in flight per peer (the clear-to-send ids). */
+#define RDMA_ZRX_MAX 64
+/* Registrations kept by the cache. */
+#define RDMA_REG_CACHE 32
+#define RDMA_POLL_BATCH 16
+/* Completion events acknowledged together (all before ibv_destroy_cq). */
+#define RDMA_ACK_BATCH 64
+
+/* What a rank publishes in its card. */
+typedef struct {
+    uint8_t active;         /* 1: an active port was found; the rest is valid */
+    uint8_t port_num;
+    uint8_t link_layer;     /* IBV_LINK_LAYER_* */
+    int8_t gid_index;
+    uint16_t family;        /* AF_INET or AF_INET6: the rdma_cm address */
+    uint16_t cm_port;       /* network order */
+    uint8_t addr[16];
+    char dev[32];           /* device name, NUL-terminated */
+    uint8_t gid[16];
+} rdma_card_t;
+
+/* Message types in a staging slot. */
+enum { RDMA_MSG_STREAM = 1, RDMA_MSG_CTS = 2, RDMA_MSG_CREDIT = 3 };
+
+typedef struct {
+    uint16_t type;
+    uint16_t reserved;
+    uint32_t credits;       /* receive slots the sender of this message has reposted for us */
+    uint32_t len;           /* payload bytes after the header */
+    uint32_t pad;
+} rdma_msg_t;
+
+/* Clear-to-send: the receiver's registered buffer for one zero-copy transfer. */
+typedef struct {
+    uint64_t seq;
+    uint32_t tag;
+    uint32_t sig;
+    uint64_t len;
+    uint64_t addr;
+    uint32_t rkey;
+    uint32_t id;            /* comes back as the immediate of the write */
+} rdma_cts_t;
+
+typedef struct rdma_cts_held {
+    rdma_cts_t cts;
+    hccl_xfer_t *x;         /* borrowed: the send it was paired with, NULL until posted */
+    struct rdma_cts_held *next;
+} rdma_cts_held_t;
+
+/* The private data of a connection request. */
+typedef struct {
+    uint32_t magic;
+    uint32_t rank;
+    uint64_t comm_id;
+    uint8_t secret[16];
+} rdma_hello_t;
+
+#define RDMA_HELLO_MAGIC 0x414d4452u /* "RDMA" */
+
+/* wr_id: peer rank << 16 | kind << 8 | slot. */
+enum { RDMA_WR_RECV = 1, RDMA_WR_SEND = 2, RDMA_WR_WRITE = 3, RDMA_WR_WRITE_LAST = 4 };
+
+typedef struct rdma_reg {
+    void *addr;
+    size_t len;
+    struct ibv_mr *mr;      /* owned */
+    int inflight;           /* transfers using it: never evicted while > 0 */
+    uint64_t last_use;
+} rdma_reg_t;
+
+typedef struct rdma_conn {
+    hccl_conn_t conn;       /* conn.priv points back here */
+    struct rdma_ctx *ctx;   /* borrowed */
+    int peer;
+    struct rdma_cm_id *id;  /* owned; id->qp once created */
+    bool established;
+    bool failed;
+    bool disconnected;      /* rdma_disconnect called */
+    hccl_stream_t stream;
+    char peer_addr[64];
+    /* staging: one registration per direction */
+    char *rx_buf;           /* owned, RDMA_NRECV slots */
+    char *tx_buf;           /* owned, RDMA_NSEND slots */
+    struct ibv_mr *rx_mr;
+    struct ibv_mr *tx_mr;
+    size_t slot;            /* bytes per slot, header included */
+    /* receive side: completed slots not yet read by the stream, in order */
+    int rx_ready[RDMA_NRECV];
+    uint32_t rx_ready_len[RDMA_NRECV];
+    int rx_head, rx_count;
+    size_t rx_off;          /* bytes of the head slot's payload already read */
+    uint32_t owed;          /* credits to return to the peer */
+    /* send side */
+    int tx_free[RDMA_NSEND];
+    int ntx_free;
+    uint32_t credits;       /* messages we may still send that take a credit */
+    int sends_out;          /* send work requests not completed */
+    /* zero-copy */
+    hccl_xfer_queue_t zsend_wait;  /* large sends waiting for their clear-to-send */
+    hccl_xfer_queue_t zsend_out;   /* written, waiting for the completion */
+    hccl_xfer_queue_t zcts_wait;   /* large receives whose clear-to-send waits for a credit */
+    rdma_cts_held_t *cts_held;     /* clear-to-sends in arrival order, paired or not yet */
+    hccl_xfer_t *zrx[RDMA_ZRX_MAX];/* receives told to the peer, by id */
+    rdma_reg_t *zrx_reg[RDMA_ZRX_MAX];
+} rdma_conn_t;
+
+typedef struct rdma_ctx {
+    hccl_link_env_t *env;   /* borrowed */
+    const hccl_rdma_shim_t *v;
+    rdma_card_t card;
+    struct rdma_event_channel *cm_ch;   /* owned */
+    struct rdma_cm_id *listen_id;       /* owned */
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *comp_ch;
+    struct ibv_cq *cq;
+    unsigned int unacked;   /* completion events not acknowledged yet */
+    struct event *ev_cq;
+    struct event *ev_cm;
+    rdma_conn_t **conns;    /* [nranks], owned */
+    rdma_reg_t regs[RDMA_REG_CACHE];
+    uint64_t reg_clock;
+    uint64_t reg_hits, reg_misses;
+    size_t zcopy_min;
+} rdma_ctx_t;
+
+/* HCCL_IB_HCA (NCCL syntax: "mlx5_0:1,mlx5_1", "^" excludes, "=" exact names): may dev:port be used? */
+bool hccl_rdma_hca_allowed(const char *spec, const char *dev, int port);
+
+/* rdma_dev.c: the device, its PD/CQ/channel, completions, the registration cache. */
+hcclResult_t hccl_rdma_pick_device(rdma_ctx_t *ctx, hccl_sockaddr_t *addr_p);
+hcclResult_t hccl_rdma_ctx_open(rdma_ctx_t *ctx);
+void hccl_rdma_ctx_close(rdma_ctx_t *ctx);
+void hccl_rdma_on_cq_event(evutil_socket_t fd, short what, void *arg);
+/* Handles every completion ready now (also used by shutdown, with the reactor stopped). */
+void hccl_rdma_drain_cq(rdma_ctx_t *ctx);
+hcclResult_t hccl_rdma_reg_get(rdma_ctx_t *ctx, void *buf, size_t len, rdma_reg_t **reg_p);
+void hccl_rdma_reg_put(rdma_reg_t *reg);
+
+/* rdma_conn.c: connection set-up and teardown. */
+hcclResult_t hccl_rdma_connect_all(rdma_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);
+void hccl_rdma_on_cm_event(evutil_socket_t fd, short what, void *arg);
+void hccl_rdma_conn_destroy(rdma_conn_t *rc);
+
+/* rdma_ops.c: the data path. */
+hcclResult_t hccl_rdma_conn_post_recvs(rdma_conn_t *rc);
+void hccl_rdma_complete(rdma_ctx_t *ctx, const struct ibv_wc *wc);
+void hccl_rdma_conn_fail(rdma_conn_t *rc, hcclResult_t res);
+void hccl_rdma_conn_init_stream(rdma_conn_t *rc);
+
+extern const hccl_link_ops_t hccl_link_rdma_ops;
+
+#endif /* HCCL_LINK_RDMA_H */

@@ -1,0 +1,53 @@
+/*
+ * A model of verbs and rdma_cm semantics behind the rdma link's shim, for tests without
+ * hardware: RC queue pairs with send and receive queues, a wire that moves posted work only
+ * when the test pumps it, completion queues that raise a channel event only when armed and
+ * only for completions that arrive after arming, memory regions whose keys are checked on every
+ * access, RDMA WRITE with immediate consuming a posted receive, receiver-not-ready counted,
+ * injectable error completions, and counts of every live object.
+ */
+#ifndef HCCL_TEST_VERBS_MODEL_H
+#define HCCL_TEST_VERBS_MODEL_H
+
+#include <stdbool.h>
+
+#include "links/rdma/rdma_shim.h"
+
+typedef struct {
+    int contexts, pds, cqs, comp_channels, mrs, qps, ids, cm_channels, cm_events;
+} model_live_t;
+
+typedef struct {
+    int rnr;            /* a message arrived with no receive posted: the sender overran */
+    int violations;     /* a verbs rule broken (see model_violation_text) */
+    int cq_events;      /* channel events raised */
+    int empty_polls;    /* ibv_poll_cq calls that found nothing */
+    int polls;
+    int writes_imm;     /* RDMA WRITE with immediate delivered */
+    int sends;          /* SENDs delivered */
+    int reg_mr;         /* ibv_reg_mr calls that succeeded */
+    int dereg_mr;
+    int max_recv_backlog; /* most completed receives waiting in one CQ */
+} model_stats_t;
+
+extern const hccl_rdma_shim_t model_shim;
+
+/* Forgets every object (all must be gone) and configures the device. */
+void model_reset(int ndevices, bool port_active);
+/* Moves every posted work request across the wire; returns how many moved. */
+int model_pump(void);
+/* On: posted work moves at once (as on an idle wire). */
+void model_auto_pump(bool on);
+/* The next send work request posted (on any QP) completes with status; its QP fails. */
+void model_inject_error(enum ibv_wc_status status);
+/* Fails the n-th shim call made by a thread marked as the victim (0: never). */
+void model_fail_at(int n);
+void model_set_victim(bool victim);
+int model_calls(void);
+model_live_t model_live(void);
+model_stats_t model_stats(void);
+const char *model_violation_text(void);
+/* Every CQ is armed and empty: nothing can land unseen. */
+bool model_cqs_quiet(void);
+
+#endif
