@@ -13,35 +13,13 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "core/wire.h"
 
-#define BS_HELLO_MAGIC 0x54534f42u /* "BOST" */
-#define BS_REPLY_MAGIC 0x59504552u /* "REPY" */
-#define BS_MAX_RANKS (1 << 20)
 #define BS_HELLO_WAIT_MS 5000
 #define BS_ERROR_LINGER_MS 1000
-#define HCCL_WIRE_VERSION_BOOTSTRAP 1
 
-typedef struct {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t reserved;
-    uint8_t secret[HCCL_SECRET_BYTES];
-    int32_t rank;
-    int32_t nranks;
-    int32_t wait_ms;           /* how long this rank will wait for the answer */
-    int32_t status;            /* not hcclSuccess: this rank failed before joining; errmsg says why */
-    char errmsg[256];
-    hccl_card_t card;
-} bs_hello_t;
-
-typedef struct {
-    uint32_t magic;
-    int32_t status;            /* hcclResult_t */
-    uint32_t nranks;
-    uint32_t msg_len;          /* error text that follows, when status != success */
-    uint64_t comm_id;
-    uint8_t secret[HCCL_SECRET_BYTES];
-} bs_reply_t;
+typedef hccl_bs_hello_t bs_hello_t;
+typedef hccl_bs_reply_t bs_reply_t;
 
 typedef struct {
     hccl_id_t id;
@@ -55,7 +33,7 @@ typedef struct {
     int64_t deadline_ms;       /* report missing ranks then, before the first rank gives up */
     hcclResult_t err;
     int64_t err_at_ms;         /* when err was set */
-    char msg[512];
+    char msg[HCCL_BS_MAX_MSG];
 } bs_root_t;
 
 void hccl_id_to_addr(const hccl_id_t *id, hccl_sockaddr_t *addr)
@@ -91,7 +69,8 @@ hcclResult_t hccl_bootstrap_root_listen(hccl_sockaddr_t *addr, int *fd_p)
 
 static void root_send_error(int fd, hcclResult_t status, const char *msg)
 {
-    bs_reply_t rep = {.magic = BS_REPLY_MAGIC, .status = status, .msg_len = (uint32_t)strlen(msg)};
+    size_t len = strnlen(msg, HCCL_BS_MAX_MSG);
+    bs_reply_t rep = {.magic = HCCL_BS_REPLY_MAGIC, .status = status, .msg_len = (uint32_t)len};
     int64_t deadline = hccl_now_ms() + 2000;
 
     if (hccl_socket_send_all(fd, &rep, sizeof(rep), deadline) == hcclSuccess)
@@ -144,10 +123,10 @@ static void root_note_wait(bs_root_t *rt, int32_t wait_ms)
         rt->deadline_ms = d;
 }
 
-/* Checks one hello; takes the connection (stores or closes it). */
+/* Checks one hello (already accepted by hccl_bs_hello_check); takes the connection. */
 static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
 {
-    char msg[400];
+    char msg[HCCL_BS_MAX_MSG - 16];
 
     rt->served++;
     if (h->nranks > rt->max_claimed)
@@ -160,12 +139,8 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
                                                                             : hcclRemoteError, msg);
     }
     if (rt->err == hcclSuccess && rt->expected == 0) {
-        if (h->nranks < 1 || h->nranks > BS_MAX_RANKS) {
-            snprintf(msg, sizeof(msg), "rank %d asked for a communicator of %d ranks", h->rank, h->nranks);
-            root_fail(rt, hcclInvalidUsage, msg);
-        } else if (root_alloc(rt, h->nranks) != hcclSuccess) {
+        if (root_alloc(rt, h->nranks) != hcclSuccess)
             root_fail(rt, hcclSystemError, "out of memory");
-        }
     }
     if (rt->err == hcclSuccess && h->nranks != rt->expected) {
         char others[200] = "";
@@ -186,13 +161,13 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
                  rt->expected);
         root_fail(rt, hcclInvalidUsage, msg);
     }
-    for (int r = 0; rt->err == hcclSuccess && r < rt->expected; r++) {
+    for (int r = 0; rt->err == hcclSuccess && h->status == hcclSuccess && r < rt->expected; r++) {
+        char diff[HCCL_BS_MAX_MSG - 200];
         if (rt->fds[r] < 0)
             continue;
-        if (rt->hellos[r].card.config_hash != h->card.config_hash) {
-            snprintf(msg, sizeof(msg), "ranks %d and %d were started with different HCCL_ALGO, "
-                     "HCCL_BUFFSIZE, HCCL_CHECK or HCCL_COST_MODEL settings (or hcclConfig_t.algo); they shape every "
-                     "collective and must be the same on all ranks", r, h->rank);
+        if (hccl_config_diff(rt->hellos[r].config, r, h->config, h->rank, diff, sizeof(diff)) > 0) {
+            snprintf(msg, sizeof(msg), "settings differ between ranks (they shape every collective "
+                     "and must be the same on all ranks; HCCL_ALGO includes hcclConfig_t.algo): %s", diff);
             root_fail(rt, hcclInvalidUsage, msg);
         }
         break; /* one joined rank is enough to compare with */
@@ -215,7 +190,7 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
 
 static void root_answer_all(bs_root_t *rt)
 {
-    bs_reply_t rep = {.magic = BS_REPLY_MAGIC, .status = hcclSuccess, .nranks = (uint32_t)rt->expected};
+    bs_reply_t rep = {.magic = HCCL_BS_REPLY_MAGIC, .status = hcclSuccess, .nranks = (uint32_t)rt->expected};
     hccl_card_t *cards = hccl_malloc((size_t)rt->expected * sizeof(*cards));
     int64_t deadline = hccl_now_ms() + 10000;
 
@@ -262,6 +237,7 @@ static void *root_main(void *arg)
         hccl_sockaddr_t peer;
         socklen_t plen = sizeof(peer);
         bs_hello_t h;
+        const char *why = NULL;
         char buf[64];
         int fd;
 
@@ -287,11 +263,12 @@ static void *root_main(void *arg)
         if (fd < 0)
             continue;
         hccl_socket_addr_str(&peer, buf, sizeof(buf));
-        if (hccl_socket_recv_all(fd, &h, sizeof(h), hccl_now_ms() + BS_HELLO_WAIT_MS) != hcclSuccess ||
-            h.magic != BS_HELLO_MAGIC || h.version != HCCL_WIRE_VERSION_BOOTSTRAP ||
-            !hccl_secret_equal(h.secret, rt->id.secret, HCCL_SECRET_BYTES)) {
-            HCCL_WARN("bootstrap: rejected a connection from %s: it did not present this "
-                      "communicator's secret", buf);
+        if (hccl_socket_recv_all(fd, &h, sizeof(h), hccl_now_ms() + BS_HELLO_WAIT_MS) != hcclSuccess)
+            why = "no complete hello before the hello timeout";
+        else
+            why = hccl_bs_hello_check(&h, rt->id.secret);
+        if (why) {
+            HCCL_WARN("bootstrap: rejected a connection from %s: %s", buf, why);
             close(fd);
             continue;
         }
@@ -345,7 +322,7 @@ void hccl_bootstrap_report(const hccl_id_t *id, int rank, int nranks, hcclResult
                            const char *why, int64_t deadline_ms)
 {
     hccl_sockaddr_t addr;
-    bs_hello_t h = {.magic = BS_HELLO_MAGIC, .version = HCCL_WIRE_VERSION_BOOTSTRAP, .rank = rank,
+    bs_hello_t h = {.magic = HCCL_BS_HELLO_MAGIC, .version = HCCL_BS_VERSION, .rank = rank,
                     .nranks = nranks, .status = status};
     int fd;
 
@@ -360,11 +337,11 @@ void hccl_bootstrap_report(const hccl_id_t *id, int rank, int nranks, hcclResult
 }
 
 hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, const hccl_card_t *card,
-                                 int64_t deadline_ms, hccl_bootstrap_result_t *out)
+                                 const char *config, int64_t deadline_ms, hccl_bootstrap_result_t *out)
 {
     hccl_sockaddr_t addr;
     int64_t wait = deadline_ms - hccl_now_ms();
-    bs_hello_t h = {.magic = BS_HELLO_MAGIC, .version = HCCL_WIRE_VERSION_BOOTSTRAP, .rank = rank,
+    bs_hello_t h = {.magic = HCCL_BS_HELLO_MAGIC, .version = HCCL_BS_VERSION, .rank = rank,
                     .nranks = nranks, .wait_ms = (int32_t)(wait > INT32_MAX ? INT32_MAX : wait),
                     .card = *card};
     bs_reply_t rep;
@@ -373,6 +350,7 @@ hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, cons
     int fd;
 
     memcpy(h.secret, id->secret, sizeof(h.secret));
+    snprintf(h.config, sizeof(h.config), "%s", config);
     hccl_id_to_addr(id, &addr);
     hccl_socket_addr_str(&addr, where, sizeof(where));
     res = hccl_socket_connect_retry(&addr, deadline_ms, &fd);
@@ -381,25 +359,18 @@ hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, cons
                          hccl_error_last());
     HCCL_CHECK_GOTO(hccl_socket_send_all(fd, &h, sizeof(h), deadline_ms), res, err_close);
     res = hccl_socket_recv_all(fd, &rep, sizeof(rep), deadline_ms);
-    if (res != hcclSuccess || rep.magic != BS_REPLY_MAGIC) {
+    if (res != hcclSuccess) {
         res = HCCL_FAIL(res == hcclTimeout ? hcclTimeout : hcclRemoteError,
                         "rank %d: no answer from the rendezvous at %s before the connect timeout "
-                        "(%s; wrong secret, or other ranks missing)", rank, where,
-                        res == hcclSuccess ? "bad answer" : hccl_error_last());
+                        "(%s; wrong secret, or other ranks missing)", rank, where, hccl_error_last());
         goto err_close;
     }
+    HCCL_CHECK_GOTO(hccl_bs_reply_check(&rep, rank, nranks), res, err_close);
     if (rep.status != hcclSuccess) {
-        char msg[600] = "";
-        size_t n = rep.msg_len < sizeof(msg) - 1 ? rep.msg_len : sizeof(msg) - 1;
-        hccl_socket_recv_all(fd, msg, n, deadline_ms);
-        msg[n] = '\0';
-        res = (rep.status > hcclSuccess && rep.status < hcclNumResults) ? (hcclResult_t)rep.status
-                                                                         : hcclRemoteError;
-        res = HCCL_FAIL(res, "rank %d: %s", rank, msg);
-        goto err_close;
-    }
-    if (rep.nranks != (uint32_t)nranks) {
-        res = HCCL_FAIL(hcclRemoteError, "rank %d: the rendezvous answered for %u ranks", rank, rep.nranks);
+        char msg[HCCL_BS_MAX_MSG + 1] = "";
+        hccl_socket_recv_all(fd, msg, rep.msg_len, deadline_ms);
+        msg[rep.msg_len] = '\0';
+        res = HCCL_FAIL((hcclResult_t)rep.status, "rank %d: %s", rank, msg);
         goto err_close;
     }
     out->cards = hccl_malloc((size_t)nranks * sizeof(*out->cards));
@@ -414,14 +385,11 @@ hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, cons
         out->cards = NULL;
         goto err_close;
     }
-    for (int r = 0; r < nranks; r++) {
-        out->cards[r].host[sizeof(out->cards[r].host) - 1] = '\0';
-        if (out->cards[r].rank != (uint32_t)r) {
-            res = HCCL_FAIL(hcclRemoteError, "rank %d: malformed rank table", rank);
-            hccl_free(out->cards);
-            out->cards = NULL;
-            goto err_close;
-        }
+    res = hccl_bs_cards_check(out->cards, nranks, rank);
+    if (res != hcclSuccess) {
+        hccl_free(out->cards);
+        out->cards = NULL;
+        goto err_close;
     }
     out->comm_id = rep.comm_id;
     memcpy(out->secret, rep.secret, sizeof(out->secret));

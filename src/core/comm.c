@@ -8,6 +8,8 @@
 
 #include "core/comm.h"
 #include "core/fault.h"
+#include "core/quarantine.h"
+#include "core/wire.h"
 
 #define HCCL_ID_MAGIC 0x44494343u /* "CCID" */
 #define HCCL_ID_VERSION 1
@@ -17,8 +19,10 @@ hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn)
 {
     if (!comm)
         return HCCL_FAIL(hcclInvalidArgument, "%s: comm is NULL", fn);
+    if (comm->magic == HCCL_COMM_DEAD)
+        return HCCL_FAIL(hcclInvalidUsage, "%s: comm was destroyed or aborted (use after destroy)", fn);
     if (comm->magic != HCCL_COMM_MAGIC)
-        return HCCL_FAIL(hcclInvalidUsage, "%s: comm is not a live communicator (destroyed?)", fn);
+        return HCCL_FAIL(hcclInvalidUsage, "%s: comm is not a live communicator", fn);
     return hcclSuccess;
 }
 
@@ -65,7 +69,6 @@ static void comm_free(struct hcclComm *comm, bool graceful)
 
     if (!comm)
         return;
-    hccl_dump_unregister(comm);
     hccl_reactor_stop(comm->reactor);
     for (int id = 0; graceful && !comm->links_aborted && id < HCCL_LINK_MAX; id++)
         if (comm->link_ctx[id] && HCCL_LINK_HAS_OP(hccl_link_by_id(id), shutdown))
@@ -85,8 +88,8 @@ static void comm_free(struct hcclComm *comm, bool graceful)
     hccl_fault_detach(comm);
     pthread_mutex_destroy(&comm->mtx);
     pthread_cond_destroy(&comm->cond);
-    comm->magic = 0;
-    hccl_free(comm);
+    comm->magic = HCCL_COMM_DEAD;
+    hccl_quarantine_free(HCCL_QUARANTINE_COMM, comm); /* a stale handle reads DEAD */
 }
 
 static hcclResult_t comm_open_links(struct hcclComm *comm, hccl_card_t *card)
@@ -144,20 +147,13 @@ out:
     return res;
 }
 
-/* FNV-1a over the settings every rank must share: they decide the plans. */
-static uint64_t config_hash(const hccl_params_t *p)
+/* FNV-1a of the settings every rank must share (the rendezvous compares their text). */
+static uint64_t config_hash(const char *text)
 {
     uint64_t h = 1469598103934665603ull;
-    const unsigned char *b = (const unsigned char *)p->algo;
 
-    for (size_t i = 0; b[i]; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    for (size_t i = 0; i < sizeof(p->buffsize); i++)
-        h = (h ^ ((p->buffsize >> (8 * i)) & 0xff)) * 1099511628211ull;
-    h = (h ^ (uint64_t)p->check) * 1099511628211ull;
-    h = (h ^ (uint64_t)p->calibrate) * 1099511628211ull;
-    for (size_t i = 0; p->cost_model[i]; i++)
-        h = (h ^ (unsigned char)p->cost_model[i]) * 1099511628211ull;
+    for (size_t i = 0; text[i]; i++)
+        h = (h ^ (unsigned char)text[i]) * 1099511628211ull;
     return h;
 }
 
@@ -166,6 +162,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
 {
     struct hcclComm *comm = hccl_calloc(1, sizeof(*comm));
     hccl_bootstrap_result_t bs = {0};
+    char cfg_text[HCCL_CONFIG_TEXT_BYTES];
     hccl_card_t card;
     hcclResult_t res;
     int64_t deadline;
@@ -183,7 +180,8 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     HCCL_CHECK_GOTO(hccl_params_load(&comm->params, config), res, err_report);
     hccl_fault_attach(comm);
     deadline = hccl_now_ms() + comm->params.connect_timeout_ms;
-    card.config_hash = config_hash(&comm->params);
+    hccl_config_describe(&comm->params, cfg_text, sizeof(cfg_text));
+    card.config_hash = config_hash(cfg_text);
     HCCL_CHECK_GOTO(hccl_reactor_create(config && config->size >= offsetof(hcclConfig_t, eventBase) +
                                                                   sizeof(config->eventBase)
                                             ? config->eventBase
@@ -209,7 +207,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     card.pid = (uint32_t)getpid();
     hccl_topo_host_id(&comm->params, card.host, sizeof(card.host));
     HCCL_CHECK_GOTO(comm_open_links(comm, &card), res, err_report);
-    HCCL_CHECK_GOTO(hccl_bootstrap_join(id, rank, nranks, &card, deadline, &bs), res, err_free);
+    HCCL_CHECK_GOTO(hccl_bootstrap_join(id, rank, nranks, &card, cfg_text, deadline, &bs), res, err_free);
     comm->cards = bs.cards;
     comm->env.cards = bs.cards;
     comm->env.comm_id = bs.comm_id;
@@ -253,7 +251,6 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     hccl_topo_report(comm);
     HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d ready (communicator %016llx, host %s)", rank, nranks,
               (unsigned long long)bs.comm_id, card.host);
-    hccl_dump_register(comm);
     *comm_p = comm;
     hccl_fault_point(comm, HCCL_FAULT_AT_IDLE, UINT64_MAX);
     return hcclSuccess;
@@ -263,6 +260,7 @@ err_report:
         char why[512];
         snprintf(why, sizeof(why), "%s", hccl_error_last());
         hccl_bootstrap_report(id, rank, nranks, res, why, hccl_now_ms() + 10000);
+        hccl_error_put(why); /* the report's own failures are not the caller's error */
     }
 err_free:
     comm_free(comm, false);
@@ -271,10 +269,10 @@ err_free:
 
 /* ---- unique ids ---- */
 
-static hcclResult_t id_check(const hccl_id_t *id)
+static hcclResult_t id_check(const hccl_id_t *id, const char *fn)
 {
     if (id->magic != HCCL_ID_MAGIC || id->version != HCCL_ID_VERSION)
-        return HCCL_FAIL(hcclInvalidArgument, "the unique id is not one made by hcclGetUniqueId");
+        return HCCL_FAIL(hcclInvalidArgument, "%s: the unique id is not one made by hcclGetUniqueId", fn);
     return hcclSuccess;
 }
 
@@ -360,10 +358,10 @@ HCCL_API hcclResult_t hcclUniqueIdFromString(hcclUniqueId *uid, const char *str)
         return HCCL_FAIL(hcclInvalidArgument, "hcclUniqueIdFromString: %s is NULL", uid ? "str" : "id");
     if (strlen(str) != 2 * HCCL_UNIQUE_ID_BYTES ||
         hex_decode(str, (unsigned char *)tmp.internal, sizeof(tmp.internal)) != HCCL_UNIQUE_ID_BYTES)
-        return HCCL_FAIL(hcclInvalidArgument, "hcclUniqueIdFromString: not %d hex digits",
+        return HCCL_FAIL(hcclInvalidArgument, "hcclUniqueIdFromString: str is not %d hex digits",
                          2 * HCCL_UNIQUE_ID_BYTES);
     memcpy(&id, tmp.internal, sizeof(id));
-    HCCL_CHECK(id_check(&id));
+    HCCL_CHECK(id_check(&id, "hcclUniqueIdFromString"));
     *uid = tmp;
     return hcclSuccess;
 }
@@ -382,8 +380,11 @@ HCCL_API hcclResult_t hcclCommInitRankConfig(hcclComm_t *comm, int nranks, hcclU
         return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitRank: nranks is %d (must be >= 1)", nranks);
     if (rank < 0 || rank >= nranks)
         return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitRank: rank %d is not in [0, %d)", rank, nranks);
+    if (config && (config->size < sizeof(size_t) || config->size > (1u << 16)))
+        return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitRankConfig: hcclConfig_t.size is %zu: initialise "
+                                           "config with HCCL_CONFIG_INITIALIZER", config->size);
     memcpy(&id, uid.internal, sizeof(id));
-    HCCL_CHECK(id_check(&id));
+    HCCL_CHECK(id_check(&id, "hcclCommInitRank"));
     return comm_init(comm, nranks, &id, rank, config);
 }
 
@@ -412,7 +413,11 @@ HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, con
     if (rankId >= commSize)
         return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitGroup: rankId %u is not in [0, %u)", rankId,
                          commSize);
-    HCCL_CHECK(hccl_socket_parse_addr(commId, &addr));
+    if (hccl_socket_parse_addr(commId, &addr) != hcclSuccess) {
+        char why[400];
+        snprintf(why, sizeof(why), "%s", hccl_error_last());
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommInitGroup: commId: %s", why);
+    }
     memset(&id, 0, sizeof(id));
     id.magic = HCCL_ID_MAGIC;
     id.version = HCCL_ID_VERSION;

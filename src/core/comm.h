@@ -9,6 +9,7 @@
 #include "sched/sched.h"
 
 #define HCCL_COMM_MAGIC 0x4d4d4f43u /* "COMM" */
+#define HCCL_COMM_DEAD 0x44414544u  /* "DEAD": destroyed, kept in quarantine (quarantine.h) */
 
 /* What the unique id carries: where the rendezvous listens, and its secret. */
 typedef struct {
@@ -38,7 +39,7 @@ hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int time
 hcclResult_t hccl_bootstrap_root_listen(hccl_sockaddr_t *addr, int *fd_p);
 /* Joins: sends our card, receives everyone's, within the deadline. */
 hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, const hccl_card_t *card,
-                                 int64_t deadline_ms, hccl_bootstrap_result_t *out);
+                                 const char *config, int64_t deadline_ms, hccl_bootstrap_result_t *out);
 /* Tells the rendezvous that this rank failed before it could join, so that every rank hears why. */
 void hccl_bootstrap_report(const hccl_id_t *id, int rank, int nranks, hcclResult_t status,
                            const char *why, int64_t deadline_ms);
@@ -110,9 +111,5 @@ void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char
 hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn);
 /* Queues req (filled in by the caller) on comm's reactor. */
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req);
-/* dump.c: the live communicators that HCCL_DUMP_ON_SIGNAL reports on (SIGUSR1). */
-void hccl_dump_register(struct hcclComm *comm);
-/* Before comm is freed; waits for a report in progress. */
-void hccl_dump_unregister(struct hcclComm *comm);
 
 #endif /* HCCL_COMM_H */

@@ -141,8 +141,6 @@ hcclResult_t hccl_stream_tx(hccl_stream_t *s)
             return hcclRemoteError;
         if (w == 0)
             return hcclInProgress; /* the wire is full: the transport wakes us */
-        if (s->activity)
-            hccl_link_stamp(&s->activity->tx_ms);
         size_t hdr_left = sizeof(s->tx_hdr) - s->tx_hdr_done;
         size_t used = (size_t)w < hdr_left ? (size_t)w : hdr_left;
         s->tx_hdr_done += used;
@@ -218,8 +216,6 @@ static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xf
 
     if (res == hcclSuccess) {
         x->moved = x->len;
-        if (s->activity)
-            hccl_link_stamp(&s->activity->rx_ms);
         hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
         return stream_queue_ctl(s, HCCL_FRAME_FIN, f->seq, f->tag);
     }
@@ -279,17 +275,11 @@ static hcclResult_t stream_hold(hccl_stream_t *s, bool with_payload)
     if (!u)
         return HCCL_FAIL(hcclSystemError, "rank %d: out of memory holding a message", s->rank);
     u->f = s->rx_hdr;
-    if (with_payload && s->rx_hdr.len) {
-        u->data = hccl_malloc(s->rx_hdr.len);
-        if (!u->data) {
-            hccl_free(u);
-            return HCCL_FAIL(hcclSystemError, "rank %d: out of memory holding %llu bytes from rank %d",
-                             s->rank, (unsigned long long)s->rx_hdr.len, s->peer);
-        }
-    }
     if (with_payload) {
+        /* The buffer grows as the payload arrives (stream_unexp_room): a header alone, whatever
+         * length it claims, costs at most a first chunk. */
         s->rx_unexp = u;
-        s->rx_dst = u->data;
+        s->rx_dst = NULL;
         s->rx_left = s->rx_hdr.len;
         s->rx_in_payload = true;
         return hcclSuccess;
@@ -302,6 +292,28 @@ static hcclResult_t stream_hold(hccl_stream_t *s, bool with_payload)
     return hcclSuccess;
 }
 
+/* Room for the next bytes of the unexpected payload being read: doubles, up to its length. */
+static hcclResult_t stream_unexp_room(hccl_stream_t *s)
+{
+    hccl_unexp_t *u = s->rx_unexp;
+    size_t got = (size_t)u->f.len - s->rx_left;
+
+    if (got == u->cap) {
+        size_t cap = u->cap ? u->cap * 2 : HCCL_STREAM_HOLD_FIRST;
+        char *p;
+        if (cap > u->f.len)
+            cap = (size_t)u->f.len;
+        p = hccl_realloc(u->data, cap);
+        if (!p)
+            return HCCL_FAIL(hcclSystemError, "rank %d: out of memory holding %llu bytes from rank %d",
+                             s->rank, (unsigned long long)u->f.len, s->peer);
+        u->data = p;
+        u->cap = cap;
+    }
+    s->rx_dst = u->data + got;
+    return hcclSuccess;
+}
+
 /* The peer finished every collective and closed: its EOF is no failure, but a wait on it is. */
 static hcclResult_t stream_on_bye(hccl_stream_t *s)
 {
@@ -311,20 +323,39 @@ static hcclResult_t stream_on_bye(hccl_stream_t *s)
     return hcclSuccess;
 }
 
+const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_allowed)
+{
+    if (f->magic != HCCL_WIRE_MAGIC || f->version != HCCL_WIRE_VERSION)
+        return "bad magic or version";
+    if (f->comm_id != comm_id)
+        return "frame of another communicator";
+    switch (f->type) {
+    case HCCL_FRAME_RTS:
+        if (!rndv_allowed)
+            return "single-copy offer on a link without single copy";
+        /* fall through */
+    case HCCL_FRAME_DATA:
+        return f->len > HCCL_WIRE_MAX_LEN ? "length too large" : NULL;
+    case HCCL_FRAME_FIN:
+    case HCCL_FRAME_NACK:
+    case HCCL_FRAME_BYE:
+        return f->len != 0 || f->addr != 0 ? "control frame with a length" : NULL;
+    default:
+        return "unknown type";
+    }
+}
+
 static hcclResult_t stream_on_header(hccl_stream_t *s)
 {
     const hccl_frame_t *f = &s->rx_hdr;
+    const char *why = hccl_frame_check(f, s->comm_id, s->io->rndv_read != NULL);
     hccl_xfer_t *x;
 
-    if (f->magic != HCCL_WIRE_MAGIC || f->version != HCCL_WIRE_VERSION)
-        return stream_protocol_error(s, "bad magic or version");
-    if (f->comm_id != s->comm_id)
-        return stream_protocol_error(s, "frame of another communicator");
+    if (why)
+        return stream_protocol_error(s, why);
     switch (f->type) {
     case HCCL_FRAME_DATA:
     case HCCL_FRAME_RTS:
-        if (f->len > HCCL_WIRE_MAX_LEN)
-            return stream_protocol_error(s, "length too large");
         HCCL_CHECK(stream_check_sig_posted(s, f));
         x = hccl_xfer_queue_take(&s->posted, f->seq, f->tag);
         if (!x)
@@ -343,7 +374,7 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
     case HCCL_FRAME_FIN:
     case HCCL_FRAME_NACK:
         x = hccl_xfer_queue_take(&s->await_fin, f->seq, f->tag);
-        if (!x || f->len != 0)
+        if (!x)
             return stream_protocol_error(s, "acknowledges no offered message");
         if (f->type == HCCL_FRAME_FIN) {
             x->moved = x->len;
@@ -358,7 +389,7 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
             s->txq.tail = x;
         return hccl_stream_tx(s);
     default:
-        return stream_protocol_error(s, "unknown type");
+        return stream_protocol_error(s, "unknown type"); /* not reached: checked above */
     }
 }
 
@@ -407,14 +438,18 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
                 HCCL_CHECK(stream_on_payload_done(s));
                 continue;
             }
-            n = s->io->read(s, s->rx_dst, s->rx_left);
+            size_t want = s->rx_left;
+            if (s->rx_unexp) {
+                HCCL_CHECK(stream_unexp_room(s));
+                if (want > s->rx_unexp->cap - ((size_t)s->rx_unexp->f.len - s->rx_left))
+                    want = s->rx_unexp->cap - ((size_t)s->rx_unexp->f.len - s->rx_left);
+            }
+            n = s->io->read(s, s->rx_dst, want);
             if (n <= 0)
                 return n < 0 ? hcclRemoteError : hcclSuccess;
             s->rx_dst += n;
             s->rx_left -= (size_t)n;
             total += (size_t)n;
-            if (s->activity)
-                hccl_link_stamp(&s->activity->rx_ms);
             if (s->rx_left == 0)
                 HCCL_CHECK(stream_on_payload_done(s));
             continue;
@@ -424,8 +459,6 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
             return n < 0 ? hcclRemoteError : hcclSuccess;
         s->rx_hdr_got += (size_t)n;
         total += (size_t)n;
-        if (s->activity)
-            hccl_link_stamp(&s->activity->rx_ms);
         if (s->rx_hdr_got == sizeof(s->rx_hdr)) {
             s->rx_hdr_got = 0;
             HCCL_CHECK(stream_on_header(s));

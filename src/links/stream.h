@@ -51,16 +51,19 @@ typedef struct hccl_ctl {
     struct hccl_ctl *next;
 } hccl_ctl_t;
 
+/* First allocation for a message that arrives before its receive; then it doubles. */
+#define HCCL_STREAM_HOLD_FIRST (64u << 10)
+
 typedef struct hccl_unexp {
     hccl_frame_t f;
-    char *data;               /* owned; DATA payload, NULL for RTS */
+    char *data;               /* owned; DATA payload, NULL for RTS or while none has arrived */
+    size_t cap;               /* bytes allocated at data */
     struct hccl_unexp *next;
 } hccl_unexp_t;
 
 struct hccl_stream {
     const hccl_stream_io_t *io;
     hccl_reactor_t *reactor;  /* borrowed */
-    hccl_link_activity_t *activity; /* borrowed: stamped when bytes move; NULL = not kept */
     void *transport;          /* borrowed: the link's connection */
     int rank;
     int peer;
@@ -92,6 +95,12 @@ struct hccl_stream {
     hccl_unexp_t *unexp_head; /* messages without a receive yet, in arrival order */
     hccl_unexp_t *unexp_tail;
 };
+
+/*
+ * The checks of a frame header read from the wire that need no state: NULL if it may be
+ * dispatched, else why not (magic, version, communicator, type, length).
+ */
+const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_allowed);
 
 void hccl_stream_init(hccl_stream_t *s, const hccl_stream_io_t *io, hccl_reactor_t *r, void *transport,
                       int rank, int peer, size_t rndv_threshold);

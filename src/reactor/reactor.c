@@ -101,7 +101,6 @@ bool hccl_reactor_enter_timed(hccl_reactor_t *r, int timeout_ms)
     return pthread_mutex_timedlock(&r->prog_mtx, &ts) == 0;
 }
 
-
 static int64_t mono_ns(void)
 {
     struct timespec ts;

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/quarantine.h"
 #include "reactor/reactor_impl.h"
 
 #define HCCL_REQUEST_MAGIC 0x52514343u /* "CCQR" */
@@ -34,7 +35,7 @@ void hccl_request_release(struct hcclRequest *req)
         hccl_free(req->errmsg);
         hccl_free(req->v);
         hccl_free(req->check);
-        hccl_free(req);
+        hccl_quarantine_free(HCCL_QUARANTINE_REQUEST, req); /* a stale handle reads DEAD */
         hccl_reactor_release(r);
     }
 }
@@ -88,8 +89,8 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
 static hcclResult_t request_check(const struct hcclRequest *req, const char *fn)
 {
     if (req->magic != HCCL_REQUEST_MAGIC)
-        return HCCL_FAIL(hcclInvalidUsage, "%s: the request is not a live hccl request "
-                                           "(already waited, or not from hccl)", fn);
+        return HCCL_FAIL(hcclInvalidUsage, "%s: req is not a live request (already waited or "
+                                           "tested to completion, or not from hccl)", fn);
     return hcclSuccess;
 }
 

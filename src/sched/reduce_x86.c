@@ -62,11 +62,19 @@ static bool cpu_has_avx512bf16(void)
     return (eax & (1u << 5)) != 0; /* AVX512_BF16 */
 }
 
+/* CPUID by hand: clang before 16 does not know "f16c" in __builtin_cpu_supports. */
+static bool cpu_has_f16c(void)
+{
+    unsigned eax, ebx, ecx, edx;
+
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+}
+
 static bool cpu_has(const char *isa)
 {
     __builtin_cpu_init();
     if (strcmp(isa, "f16c") == 0)
-        return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx") && cpu_has_f16c();
     if (strcmp(isa, "avx2") == 0)
         return __builtin_cpu_supports("avx2");
     if (strcmp(isa, "avx512bf16") == 0)

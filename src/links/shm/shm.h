@@ -20,6 +20,16 @@ typedef struct {
     uint64_t ring_bytes;
 } shm_card_t;
 
+#define SHM_HELLO_MAGIC 0x4c4c4542u /* "BELL" */
+
+/* What a peer sends with its doorbell. */
+typedef struct {
+    uint32_t magic;
+    uint32_t rank;
+    uint64_t comm_id;
+    uint8_t secret[HCCL_SECRET_BYTES];
+} shm_hello_t;
+
 /* One single-producer single-consumer byte ring. */
 typedef struct {
     _Alignas(64) _Atomic uint64_t head;          /* bytes written, producer-owned */
@@ -66,10 +76,12 @@ typedef struct shm_ctx {
 } shm_ctx_t;
 
 size_t hccl_shm_slot_bytes(size_t ring_bytes);
-/* A new segment name that says who made it (shm_seg.c). */
-hcclResult_t hccl_shm_seg_name(char *out, size_t len);
-/* Unlinks the segments our user's dead processes left in /dev/shm; returns how many. */
-int hccl_shm_reclaim_stale(void);
+/* Bytes held by a ring of size bytes whose counters read head and tail; false if impossible. */
+bool hccl_shm_ring_used(uint64_t head, uint64_t tail, size_t size, size_t *used);
+/* A peer's card from the rank table: NULL if usable, else why not. */
+const char *hccl_shm_card_check(const shm_card_t *card, size_t ring_bytes);
+/* A doorbell hello from a local process: true only with this communicator's id and secret. */
+bool hccl_shm_hello_ok(const shm_hello_t *h, uint64_t comm_id, const uint8_t *secret, int nranks);
 hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob);
 hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);
 void hccl_shm_conn_close(shm_conn_t *sc);

@@ -18,14 +18,16 @@
 
 #include "links/shm/shm.h"
 
-#define SHM_HELLO_MAGIC 0x4c4c4542u /* "BELL" */
+bool hccl_shm_hello_ok(const shm_hello_t *h, uint64_t comm_id, const uint8_t *secret, int nranks)
+{
+    /* Every field is compared, whatever the first ones say: no early exit on the secret. */
+    bool ok = hccl_secret_equal(h->secret, secret, HCCL_SECRET_BYTES);
 
-typedef struct {
-    uint32_t magic;
-    uint32_t rank;
-    uint64_t comm_id;
-    uint8_t secret[HCCL_SECRET_BYTES];
-} shm_hello_t;
+    ok &= h->magic == SHM_HELLO_MAGIC;
+    ok &= h->comm_id == comm_id;
+    ok &= h->rank < (uint32_t)nranks;
+    return ok;
+}
 
 size_t hccl_shm_slot_bytes(size_t ring_bytes)
 {
@@ -64,8 +66,7 @@ hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob)
 
     ctx->ring_bytes = env->params->buffsize;
     ctx->seg_bytes = SHM_SEG_HDR_BYTES + (size_t)env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
-    hccl_shm_reclaim_stale();
-    HCCL_CHECK(hccl_shm_seg_name(ctx->seg_name, sizeof(ctx->seg_name)));
+    HCCL_CHECK(random_name("/hccl-", ctx->seg_name, sizeof(ctx->seg_name)));
     fd = shm_open(ctx->seg_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return HCCL_FAIL(hcclSystemError, "shm: shm_open(%s): %s", ctx->seg_name, strerror(errno));
@@ -99,18 +100,48 @@ hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob)
     return hcclSuccess;
 }
 
+/* Names as shm_setup makes them: a prefix, then hex; nothing else reaches shm_open or connect. */
+static bool name_ok(const char *name, size_t len, const char *prefix)
+{
+    size_t n = strnlen(name, len), p = strlen(prefix);
+
+    if (n == len || n <= p || strncmp(name, prefix, p) != 0)
+        return false;
+    for (size_t i = p; i < n; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    return true;
+}
+
+const char *hccl_shm_card_check(const shm_card_t *card, size_t ring_bytes)
+{
+    if (!name_ok(card->seg, sizeof(card->seg), "/hccl-"))
+        return "its segment name is malformed";
+    if (!name_ok(card->uds, sizeof(card->uds), "hccl-"))
+        return "its doorbell socket name is malformed";
+    if (card->ring_bytes != ring_bytes)
+        return "its rings have another size (HCCL_BUFFSIZE must be the same on every rank)";
+    return NULL;
+}
+
 static hcclResult_t shm_map_peer(shm_ctx_t *ctx, shm_conn_t *sc, const shm_card_t *card)
 {
     int me = ctx->env->rank;
-    size_t want = SHM_SEG_HDR_BYTES + (size_t)ctx->env->nranks * hccl_shm_slot_bytes(card->ring_bytes);
+    size_t want;
+    const char *why = hccl_shm_card_check(card, card->ring_bytes);
     struct stat st;
     int fd;
+
+    if (why)
+        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: rank %d's card is malformed: %s", me,
+                         sc->conn.peer, why);
 
     /* Both ends do ring arithmetic with their own size: they must be the same. */
     if (card->ring_bytes != ctx->ring_bytes)
         return HCCL_FAIL(hcclInvalidUsage, "rank %d: shm: rank %d uses rings of %llu bytes, this rank "
                                            "%zu (HCCL_BUFFSIZE must be the same on every rank)", me,
                          sc->conn.peer, (unsigned long long)card->ring_bytes, ctx->ring_bytes);
+    want = SHM_SEG_HDR_BYTES + (size_t)ctx->env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
     fd = shm_open(card->seg, O_RDWR | O_CLOEXEC, 0);
 
     /* The name lives until every local peer has mapped it: gone now, its owner has given up. */
@@ -203,10 +234,8 @@ static hcclResult_t shm_accept_bell(shm_ctx_t *ctx, int64_t deadline_ms, int *go
     if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
         cm->cmsg_len == CMSG_LEN(sizeof(int)))
         memcpy(&bell, CMSG_DATA(cm), sizeof(int));
-    if (bell < 0 || hello.magic != SHM_HELLO_MAGIC || hello.comm_id != env->comm_id ||
-        !hccl_secret_equal(hello.secret, env->secret, HCCL_SECRET_BYTES) ||
-        hello.rank >= (uint32_t)env->nranks || !ctx->conns[hello.rank] ||
-        ctx->conns[hello.rank]->peer_bell >= 0) {
+    if (bell < 0 || !hccl_shm_hello_ok(&hello, env->comm_id, env->secret, env->nranks) ||
+        !ctx->conns[hello.rank] || ctx->conns[hello.rank]->peer_bell >= 0) {
         HCCL_WARN("rank %d: shm: rejected a doorbell connection without a valid hello for this "
                   "communicator", env->rank);
         if (bell >= 0)

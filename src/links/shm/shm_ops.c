@@ -27,6 +27,28 @@ static void ring_bell(int fd)
         HCCL_WARN("shm: write(doorbell): %s", strerror(errno));
 }
 
+bool hccl_shm_ring_used(uint64_t head, uint64_t tail, size_t size, size_t *used)
+{
+    uint64_t n = head - tail;
+
+    if (n > size)
+        return false;
+    *used = (size_t)n;
+    return true;
+}
+
+/* The peer can write every counter of the ring in its own mapping: believe none of them. */
+static ssize_t shm_ring_corrupt(hccl_stream_t *s, const char *which, uint64_t head, uint64_t tail)
+{
+    shm_conn_t *sc = s->transport;
+
+    hccl_error_set(hcclRemoteError, "rank %d: shm: the %s ring shared with rank %d is corrupt "
+                                    "(head %llu, tail %llu, size %zu); closing the connection",
+                   s->rank, which, s->peer, (unsigned long long)head, (unsigned long long)tail,
+                   sc->ctx->ring_bytes);
+    return -1;
+}
+
 static ssize_t shm_io_read(hccl_stream_t *s, void *buf, size_t len)
 {
     shm_conn_t *sc = s->transport;
@@ -34,9 +56,12 @@ static ssize_t shm_io_read(hccl_stream_t *s, void *buf, size_t len)
     size_t size = sc->ctx->ring_bytes;
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    size_t avail = (size_t)(head - tail), n = len < avail ? len : avail, at = (size_t)(tail % size);
-    size_t first = n < size - at ? n : size - at;
+    size_t avail, n, at = (size_t)(tail % size), first;
 
+    if (!hccl_shm_ring_used(head, tail, size, &avail))
+        return shm_ring_corrupt(s, "receive", head, tail);
+    n = len < avail ? len : avail;
+    first = n < size - at ? n : size - at;
     if (n == 0)
         return 0;
     memcpy(buf, ring_data(r) + at, first);
@@ -56,12 +81,17 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
     size_t size = sc->ctx->ring_bytes;
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-    size_t space = size - (size_t)(head - tail), done = 0;
+    size_t used, space, done = 0;
 
+    if (!hccl_shm_ring_used(head, tail, size, &used))
+        return shm_ring_corrupt(s, "send", head, tail);
+    space = size - used;
     if (space == 0) {
         atomic_store_explicit(&r->producer_waiting, 1, memory_order_seq_cst);
         tail = atomic_load_explicit(&r->tail, memory_order_seq_cst);
-        space = size - (size_t)(head - tail);
+        if (!hccl_shm_ring_used(head, tail, size, &used))
+            return shm_ring_corrupt(s, "send", head, tail);
+        space = size - used;
         if (space == 0)
             return 0; /* the consumer rings us when it frees space */
     }
@@ -299,7 +329,6 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
         hccl_stream_init(&sc->stream, &hccl_shm_io, env->reactor, sc, env->rank, peers[i],
                          env->params->cma_threshold);
         sc->stream.comm_id = env->comm_id;
-        sc->stream.activity = &sc->conn.activity;
         sc->live_ev = event_new(base, sc->out_fd, EV_READ | EV_PERSIST, shm_on_peer_gone, sc);
         if (!sc->live_ev || event_add(sc->live_ev, NULL) != 0)
             return HCCL_FAIL(hcclSystemError, "shm: cannot watch rank %d", peers[i]);

@@ -24,6 +24,14 @@ typedef struct {
     uint32_t peer;          /* the rank it wants to reach */
 } tcp_hello_t;
 
+#define TCP_HELLO_MAGIC 0x4f4c4548u /* "HELO" */
+
+/* A hello read from an accepted socket: NULL if it may be trusted, else why not. */
+const char *hccl_tcp_hello_check(const tcp_hello_t *h, uint64_t comm_id, const uint8_t *secret, int rank,
+                                 int nranks);
+/* A peer's card from the rank table: NULL if usable, else why not. */
+const char *hccl_tcp_card_check(const tcp_card_t *card);
+
 typedef struct tcp_conn {
     hccl_conn_t conn;       /* conn.priv points back here */
     struct tcp_ctx *ctx;    /* borrowed */

@@ -15,7 +15,31 @@
 
 #include "links/tcp/tcp.h"
 
-#define TCP_HELLO_MAGIC 0x4f4c4548u /* "HELO" */
+const char *hccl_tcp_hello_check(const tcp_hello_t *h, uint64_t comm_id, const uint8_t *secret, int rank,
+                                 int nranks)
+{
+    /* The secret is compared whatever else is wrong, so that timing tells nothing about it. */
+    bool secret_ok = hccl_secret_equal(h->secret, secret, HCCL_SECRET_BYTES);
+
+    if (h->magic != TCP_HELLO_MAGIC || h->version != HCCL_WIRE_VERSION)
+        return "not an hccl tcp hello of this version";
+    if (h->comm_id != comm_id || !secret_ok)
+        return "wrong communicator or secret";
+    if (h->peer != (uint32_t)rank)
+        return "it wants another rank";
+    if (h->rank >= (uint32_t)nranks || h->rank == (uint32_t)rank)
+        return "its rank is out of range";
+    return NULL;
+}
+
+const char *hccl_tcp_card_check(const tcp_card_t *card)
+{
+    if (card->family != AF_INET && card->family != AF_INET6)
+        return "unknown address family";
+    if (card->port == 0)
+        return "no port";
+    return NULL;
+}
 
 static void card_to_addr(const tcp_card_t *card, hccl_sockaddr_t *addr)
 {
@@ -54,12 +78,17 @@ static hcclResult_t tcp_connect_to(tcp_ctx_t *ctx, int peer, int64_t deadline_ms
     hccl_sockaddr_t addr;
     tcp_hello_t hello = {.magic = TCP_HELLO_MAGIC, .version = HCCL_WIRE_VERSION,
                          .comm_id = env->comm_id, .rank = (uint32_t)env->rank, .peer = (uint32_t)peer};
+    const tcp_card_t *card = (const tcp_card_t *)env->cards[peer].blob[HCCL_LINK_TCP];
+    const char *why = hccl_tcp_card_check(card);
     uint32_t ack = 0;
     hcclResult_t res;
     char buf[64];
     int fd;
 
-    card_to_addr((const tcp_card_t *)env->cards[peer].blob[HCCL_LINK_TCP], &addr);
+    if (why)
+        return HCCL_FAIL(hcclRemoteError, "rank %d: tcp: rank %d's card is malformed: %s", env->rank, peer,
+                         why);
+    card_to_addr(card, &addr);
     memcpy(hello.secret, env->secret, sizeof(hello.secret));
     HCCL_CHECK(hccl_socket_connect_retry(&addr, deadline_ms, &fd));
     HCCL_CHECK_GOTO(hccl_socket_send_all(fd, &hello, sizeof(hello), deadline_ms), res, err_close);
@@ -87,6 +116,7 @@ static hcclResult_t tcp_accept_one(tcp_ctx_t *ctx, const bool *expect, int64_t d
     hccl_sockaddr_t addr;
     socklen_t alen = sizeof(addr);
     tcp_hello_t hello;
+    const char *why;
     uint32_t ack = TCP_HELLO_MAGIC;
     int64_t hello_deadline = hccl_now_ms() + 5000;
     char buf[64];
@@ -99,13 +129,13 @@ static hcclResult_t tcp_accept_one(tcp_ctx_t *ctx, const bool *expect, int64_t d
                    : HCCL_FAIL(hcclSystemError, "tcp: accept: %s", strerror(errno));
     hccl_socket_addr_str(&addr, buf, sizeof(buf));
     if (hccl_socket_recv_all(fd, &hello, sizeof(hello),
-                             hello_deadline < deadline_ms ? hello_deadline : deadline_ms) != hcclSuccess ||
-        hello.magic != TCP_HELLO_MAGIC || hello.version != HCCL_WIRE_VERSION ||
-        hello.comm_id != env->comm_id || !hccl_secret_equal(hello.secret, env->secret, HCCL_SECRET_BYTES) ||
-        hello.peer != (uint32_t)env->rank || hello.rank >= (uint32_t)env->nranks ||
-        !expect[hello.rank] || ctx->conns[hello.rank]) {
-        HCCL_WARN("rank %d: tcp: rejected a connection from %s: no valid hello for this "
-                  "communicator (wrong secret, id or rank)", env->rank, buf);
+                             hello_deadline < deadline_ms ? hello_deadline : deadline_ms) != hcclSuccess)
+        why = "no complete hello in time";
+    else if (!(why = hccl_tcp_hello_check(&hello, env->comm_id, env->secret, env->rank, env->nranks)) &&
+             (!expect[hello.rank] || ctx->conns[hello.rank]))
+        why = "a rank that is not expected to connect here, or already did";
+    if (why) {
+        HCCL_WARN("rank %d: tcp: rejected a connection from %s: %s", env->rank, buf, why);
         close(fd);
         return hcclSuccess;
     }
