@@ -24,6 +24,9 @@
  *             the exec timeout, which fails the call with hcclTimeout naming
  *             the ranks still waited on (rank 0); as above, the first rank to
  *             fail closes its links and its peers may get hcclRemoteError.
+ *             Before that, a third of the way into the timeout, each waiting
+ *             rank prints hcclCommDumpState: the steps not done and the peer
+ *             each one waits on.
  * missing     The last rank never calls init. The others get hcclTimeout from
  *             hcclCommInitFromEnv after the connect timeout, naming it.
  * dead        The last rank dies by SIGKILL in the middle of a 64 MiB
@@ -120,18 +123,35 @@ static outcome_t run_mismatch(hcclComm_t comm, bool other_collective, bool check
     return verdict(call, res, hcclInvalidUsage, !checked, t0);
 }
 
-static outcome_t run_skip(hcclComm_t comm)
+/*
+ * Rank 0 skips an AllReduce. The others post it and watch it: one still unfinished after a
+ * third of the exec timeout gets its state dumped (hcclCommDumpState: what each step waits
+ * on), the way a framework's watchdog would, before the timeout fails it.
+ */
+static outcome_t run_skip(hcclComm_t comm, double exec_timeout_s)
 {
     float buf[1024] = {0};
     double t0 = now_s();
+    struct timespec ms = {0, 1000 * 1000};
+    hcclRequest_t req;
+    hcclResult_t res;
+    int done = 0;
 
     if (g_rank == 0) {
         printf("rank %d: skipping the AllReduce the others call\n", g_rank);
         return OUTCOME_PEER; /* it sees nothing: it never calls */
     }
-    return verdict("hcclAllReduce(1024 x float32, sum)",
-                   hcclAllReduce(buf, buf, 1024, hcclFloat32, hcclSum, comm), hcclTimeout, true,
-                   t0);
+    CHECK(hcclAllReduceAsync(buf, buf, 1024, hcclFloat32, hcclSum, comm, &req));
+    do {
+        res = hcclTest(&req, &done);
+    } while (!done && now_s() - t0 < exec_timeout_s / 3 && nanosleep(&ms, NULL) == 0);
+    if (!done) {
+        printf("rank %d: the AllReduce is not done after %.1f s; its state:\n", g_rank,
+               now_s() - t0);
+        CHECK(hcclCommDumpState(comm, stdout));
+        res = hcclWait(&req);
+    }
+    return verdict("hcclAllReduce(1024 x float32, sum)", res, hcclTimeout, true, t0);
 }
 
 static int run_dead(hcclComm_t comm, int n)
@@ -251,7 +271,7 @@ int main(int argc, char **argv)
         return failed;
     }
     if (!strcmp(mode, "skip"))
-        outcome = run_skip(comm);
+        outcome = run_skip(comm, exec_timeout_s);
     else
         outcome = run_mismatch(comm, !strcmp(mode, "collective"), checked);
     tally[outcome] = 1;

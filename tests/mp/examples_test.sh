@@ -106,9 +106,12 @@ rank 0 called broadcast\(count 1024, float32, root 0\), rank 1 called allreduce"
     has "^\[0\]: hang_diagnosis collective: 4 ranks saw the fault themselves"
     ;;
 hang_skip)
-    HCCL_EXEC_TIMEOUT=2 launch 3 "$dir/hang_diagnosis" skip
+    HCCL_EXEC_TIMEOUT=3 launch 3 "$dir/hang_diagnosis" skip
     passed
-    has "returned timeout after [0-9.]+ s: .*did not finish within the exec timeout of 2000 ms; still waiting on ranks"
+    # The watchdog's state dump shows who waits on the rank that skipped, then the timeout.
+    has "^\[[12]\]:   request allreduce seq [0-9]+ \(1024 x float32, sum\): algorithm [a-z]+, [0-9]+ of"
+    has "^\[[12]\]:     step [0-9]+ recv from rank 0 .*: posted, waiting on rank 0$"
+    has "returned timeout after [0-9.]+ s: .*did not finish within the exec timeout of 3000 ms; still waiting on ranks"
     has "^\[0\]: hang_diagnosis skip: .*0 unexpected: ok$"
     ;;
 hang_missing)
