@@ -7,6 +7,10 @@
  * Adding an entry point: add its rows to ROWS below (call, the word its error text must
  * contain, the expected result, the expression). The fixture offers a live one-rank
  * communicator (c), a destroyed one (dead), a request already waited (stale) and buffers.
+ *
+ * Stale handles are recognised while the library still keeps them (the last
+ * HCCL_QUARANTINE_SLOTS destroyed communicators and finished requests, poisoned); an older
+ * one is a dangling pointer like any other.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -90,6 +94,9 @@ static void on_done(hcclRequest_t req, hcclResult_t res, void *arg)
     X("hcclCommGetCompletionFd", "fd", hcclInvalidArgument, hcclCommGetCompletionFd(f->c, NULL))      \
     X("hcclCommProgress", "comm", hcclInvalidArgument, hcclCommProgress(NULL))                        \
     X("hcclCommProgress", "comm", hcclInvalidUsage, hcclCommProgress(f->dead))                        \
+    X("hcclCommDumpState", "comm", hcclInvalidArgument, hcclCommDumpState(NULL, stderr))              \
+    X("hcclCommDumpState", "comm", hcclInvalidUsage, hcclCommDumpState(f->dead, stderr))              \
+    X("hcclCommDumpState", "out", hcclInvalidArgument, hcclCommDumpState(f->c, NULL))                 \
     /* AllReduce */                                                                                   \
     X("hcclAllReduceAsync", "comm", hcclInvalidArgument,                                             \
       hcclAllReduceAsync(f->buf, f->buf2, 4, hcclFloat32, hcclSum, NULL, &f->req))                    \
