@@ -16,7 +16,7 @@ static const char *const known_vars[] = {
     "HCCL_DEBUG",        "HCCL_DEBUG_SUBSYS",  "HCCL_DEBUG_FILE", "HCCL_COMM_ID",
     "HCCL_COMM_SECRET",  "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_ALGO",
     "HCCL_BUFFSIZE",     "HCCL_LINKS",         "HCCL_SOCKET_IFNAME", "HCCL_NSOCKS",
-    "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",     
+    "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
     "HCCL_REDUCE_ISA",
     "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",
@@ -26,7 +26,7 @@ static const char *const known_vars[] = {
 /* Names of the API that this version does not act on yet: setting one warns instead of
  * silently doing nothing. */
 static const char *const unsupported_vars[] = {
-    "HCCL_RANK_TABLE", "HCCL_DUMP_ON_SIGNAL",
+    "HCCL_RANK_TABLE",
 };
 
 #define HCCL_DEFAULT_CONNECT_TIMEOUT_S 120
