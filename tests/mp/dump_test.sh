@@ -18,6 +18,8 @@ echo "$out"
 echo "exit $rc after $elapsed_ms ms"
 
 [ "$rc" -eq 124 ] || fail "hccl-run exited $rc, not 124 (timeout)"
+! grep -q "HCCL_DUMP_ON_SIGNAL.*\(ignored\|not supported\)" <<<"$out" ||
+  fail "the library does not know HCCL_DUMP_ON_SIGNAL"
 posted=$(grep -c "posted its last call" <<<"$out")
 [ "$posted" -eq "$n" ] || fail "only $posted of $n ranks posted their last call before the timeout"
 grep -q "hccl-run: timeout after $limit s; asking ranks .* for their state (SIGUSR1)" <<<"$out" ||
