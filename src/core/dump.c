@@ -215,8 +215,8 @@ static void dump_comm(struct hcclComm *comm, FILE *f)
                     (unsigned long long)(q->seq & ~DUMP_P2P_SEQ_BIT), comm->rank);
         hccl_reactor_leave(comm->reactor);
         if (outstanding > runs)
-            fprintf(f, "  %d request%s posted and not started (queued for the reactor, or "
-                       "a send/receive to itself listed above)\n",
+            fprintf(f, "  %d request%s outstanding without a plan in flight (queued for the "
+                       "reactor, completing, or a send/receive to itself listed above)\n",
                     outstanding - runs, outstanding - runs == 1 ? "" : "s");
     } else {
         fprintf(f, "  state may be inconsistent: the progress lock was held for over %d ms (a "

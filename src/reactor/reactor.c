@@ -212,6 +212,11 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
 
     if (!r->drivable || r->spin_ns <= 0 || pthread_mutex_trylock(&r->prog_mtx) != 0)
         return false;
+    if (!r->drivable) {
+        /* Stopped meanwhile: the pollers' links may be gone. */
+        pthread_mutex_unlock(&r->prog_mtx);
+        return false;
+    }
     tl_running = r; /* what it runs is the reactor's work: a blocking call from it is refused */
     atomic_store(&r->orphan, false);
     reactor_set_polling(r, true);
@@ -326,7 +331,14 @@ hcclResult_t hccl_reactor_start(hccl_reactor_t *r)
 
 void hccl_reactor_stop(hccl_reactor_t *r)
 {
-    if (!r || !r->thread_started)
+    if (!r)
+        return;
+    /* A waiter of a request that outlives the communicator must not drive the pollers: the
+     * links they reach are torn down next. */
+    hccl_reactor_enter(r);
+    r->drivable = false;
+    hccl_reactor_leave(r);
+    if (!r->thread_started)
         return;
     atomic_store(&r->stopping, true);
     hccl_reactor_wake(r);
@@ -343,6 +355,8 @@ void hccl_reactor_release(hccl_reactor_t *r)
 {
     if (atomic_fetch_sub(&r->refs, 1) != 1)
         return;
+    if (r->wake_fd >= 0)
+        close(r->wake_fd);
     pthread_mutex_destroy(&r->done_mtx);
     pthread_cond_destroy(&r->done_cond);
     pthread_mutex_destroy(&r->drive_mtx);
@@ -372,11 +386,11 @@ void hccl_reactor_destroy(hccl_reactor_t *r)
     if (r->owns_base && r->base)
         event_base_free(r->base);
     r->base = NULL;
-    if (r->wake_fd >= 0)
-        close(r->wake_fd);
+    /* The wake fd stays open with the wait state: a waiter that wakes the loop as it gives up
+     * spinning may do so after the communicator is gone (it is closed with the last request). */
     if (r->completion_fd >= 0)
         close(r->completion_fd);
-    r->wake_fd = r->completion_fd = -1;
+    r->completion_fd = -1;
     hccl_reactor_release(r);
 }
 
