@@ -69,6 +69,7 @@ static void comm_free(struct hcclComm *comm, bool graceful)
 
     if (!comm)
         return;
+    hccl_dump_unregister(comm);
     hccl_reactor_stop(comm->reactor);
     for (int id = 0; graceful && !comm->links_aborted && id < HCCL_LINK_MAX; id++)
         if (comm->link_ctx[id] && HCCL_LINK_HAS_OP(hccl_link_by_id(id), shutdown))
@@ -251,6 +252,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     hccl_topo_report(comm);
     HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d ready (communicator %016llx, host %s)", rank, nranks,
               (unsigned long long)bs.comm_id, card.host);
+    hccl_dump_register(comm);
     *comm_p = comm;
     hccl_fault_point(comm, HCCL_FAULT_AT_IDLE, UINT64_MAX);
     return hcclSuccess;

@@ -111,5 +111,9 @@ void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char
 hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn);
 /* Queues req (filled in by the caller) on comm's reactor. */
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req);
+/* dump.c: the live communicators that HCCL_DUMP_ON_SIGNAL reports on (SIGUSR1). */
+void hccl_dump_register(struct hcclComm *comm);
+/* Before comm is freed; waits for a report in progress. */
+void hccl_dump_unregister(struct hcclComm *comm);
 
 #endif /* HCCL_COMM_H */

@@ -141,6 +141,8 @@ hcclResult_t hccl_stream_tx(hccl_stream_t *s)
             return hcclRemoteError;
         if (w == 0)
             return hcclInProgress; /* the wire is full: the transport wakes us */
+        if (s->activity)
+            hccl_link_stamp(&s->activity->tx_ms);
         size_t hdr_left = sizeof(s->tx_hdr) - s->tx_hdr_done;
         size_t used = (size_t)w < hdr_left ? (size_t)w : hdr_left;
         s->tx_hdr_done += used;
@@ -216,6 +218,8 @@ static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xf
 
     if (res == hcclSuccess) {
         x->moved = x->len;
+        if (s->activity)
+            hccl_link_stamp(&s->activity->rx_ms);
         hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
         return stream_queue_ctl(s, HCCL_FRAME_FIN, f->seq, f->tag);
     }
@@ -450,6 +454,8 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
             s->rx_dst += n;
             s->rx_left -= (size_t)n;
             total += (size_t)n;
+            if (s->activity)
+                hccl_link_stamp(&s->activity->rx_ms);
             if (s->rx_left == 0)
                 HCCL_CHECK(stream_on_payload_done(s));
             continue;
@@ -459,6 +465,8 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
             return n < 0 ? hcclRemoteError : hcclSuccess;
         s->rx_hdr_got += (size_t)n;
         total += (size_t)n;
+        if (s->activity)
+            hccl_link_stamp(&s->activity->rx_ms);
         if (s->rx_hdr_got == sizeof(s->rx_hdr)) {
             s->rx_hdr_got = 0;
             HCCL_CHECK(stream_on_header(s));

@@ -64,6 +64,7 @@ typedef struct hccl_unexp {
 struct hccl_stream {
     const hccl_stream_io_t *io;
     hccl_reactor_t *reactor;  /* borrowed */
+    hccl_link_activity_t *activity; /* borrowed: stamped when bytes move; NULL = not kept */
     void *transport;          /* borrowed: the link's connection */
     int rank;
     int peer;

@@ -82,6 +82,10 @@ bool hccl_shm_ring_used(uint64_t head, uint64_t tail, size_t size, size_t *used)
 const char *hccl_shm_card_check(const shm_card_t *card, size_t ring_bytes);
 /* A doorbell hello from a local process: true only with this communicator's id and secret. */
 bool hccl_shm_hello_ok(const shm_hello_t *h, uint64_t comm_id, const uint8_t *secret, int nranks);
+/* A new segment name that says who made it (shm_seg.c). */
+hcclResult_t hccl_shm_seg_name(char *out, size_t len);
+/* Unlinks the segments our user's dead processes left in /dev/shm; returns how many. */
+int hccl_shm_reclaim_stale(void);
 hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob);
 hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);
 void hccl_shm_conn_close(shm_conn_t *sc);

@@ -66,7 +66,8 @@ hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob)
 
     ctx->ring_bytes = env->params->buffsize;
     ctx->seg_bytes = SHM_SEG_HDR_BYTES + (size_t)env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
-    HCCL_CHECK(random_name("/hccl-", ctx->seg_name, sizeof(ctx->seg_name)));
+    hccl_shm_reclaim_stale();
+    HCCL_CHECK(hccl_shm_seg_name(ctx->seg_name, sizeof(ctx->seg_name)));
     fd = shm_open(ctx->seg_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return HCCL_FAIL(hcclSystemError, "shm: shm_open(%s): %s", ctx->seg_name, strerror(errno));

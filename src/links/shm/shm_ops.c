@@ -329,6 +329,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
         hccl_stream_init(&sc->stream, &hccl_shm_io, env->reactor, sc, env->rank, peers[i],
                          env->params->cma_threshold);
         sc->stream.comm_id = env->comm_id;
+        sc->stream.activity = &sc->conn.activity;
         sc->live_ev = event_new(base, sc->out_fd, EV_READ | EV_PERSIST, shm_on_peer_gone, sc);
         if (!sc->live_ev || event_add(sc->live_ev, NULL) != 0)
             return HCCL_FAIL(hcclSystemError, "shm: cannot watch rank %d", peers[i]);
