@@ -14,7 +14,6 @@ int64_t hccl_link_clock_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-
 const hccl_link_ops_t *hccl_link_by_id(int id)
 {
     switch (id) {
