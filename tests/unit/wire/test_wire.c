@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -307,6 +308,37 @@ static void test_corrupt_shm_ring(void **state)
     assert_non_null(hccl_shm_card_check(&(shm_card_t){.seg = "/hccl-0a", .uds = "x", .ring_bytes = 8}, 8));
 }
 
+/* A segment is the user's alone: mode 0600, a name with 64 random bits nobody can guess. */
+static void test_shm_segment_private(void **state)
+{
+    hccl_params_t params;
+    hccl_link_env_t env;
+    shm_card_t card[2];
+    void *ctx[2];
+    char path[128];
+    struct stat st;
+
+    (void)state;
+    assert_int_equal(hccl_params_load(&params, NULL), hcclSuccess);
+    memset(&env, 0, sizeof(env));
+    env.nranks = 2;
+    env.params = &params;
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(hccl_link_shm_ops.init(&env, &card[i], &ctx[i]), hcclSuccess);
+    snprintf(path, sizeof(path), "/dev/shm%s", card[0].seg);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(st.st_uid, geteuid());
+    assert_null(hccl_shm_card_check(&card[0], card[0].ring_bytes));
+    /* Two set-ups in one process share the pid: the random part differs. */
+    assert_true(strlen(card[0].seg) == strlen(card[1].seg) && strlen(card[0].seg) >= 6 + 16);
+    assert_true(strcmp(card[0].seg + strlen(card[0].seg) - 16, card[1].seg + strlen(card[1].seg) - 16) != 0);
+    assert_true(strcmp(card[0].uds, card[1].uds) != 0);
+    for (int i = 0; i < 2; i++)
+        hccl_link_shm_ops.fini(ctx[i]);
+    assert_int_not_equal(stat(path, &st), 0); /* unlinked by fini */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_foreign_frame_fails_the_link),
         cmocka_unit_test(test_huge_claim_costs_nothing),
         cmocka_unit_test(test_corrupt_shm_ring),
+        cmocka_unit_test(test_shm_segment_private),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
