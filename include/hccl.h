@@ -268,6 +268,89 @@ HCCL_API hcclResult_t hcclCommProgress(hcclComm_t comm);
  */
 HCCL_API hcclResult_t hcclCommDumpState(hcclComm_t comm, FILE *out);
 
+/*
+ * Host streams: the CPU counterpart of a cudaStream_t / aclrtStream. A stream
+ * is an ordered queue with its own worker thread; what is queued on it runs
+ * there one item after the other. A collective placed on a stream is posted
+ * when everything queued before it has finished, and what is queued after it
+ * waits for its completion (the worker sleeps meanwhile). Events mark a point
+ * of a stream, so that another stream or the host can wait for it.
+ *
+ * Errors: a bad argument is returned by the call itself. A collective that
+ * fails later (a peer's error, the exec timeout, an abort) puts the stream in
+ * a sticky error state: hcclStreamSynchronize (and hcclStreamDestroy) return
+ * that error with hcclGetLastError naming the collective; the host functions
+ * and collectives queued after it are skipped, never run on bad data, and
+ * later hcclStreamEnqueue / ...OnStream calls return the error at once. An
+ * event recorded after the failure completes carrying the error, and a stream
+ * that waits for such an event takes the error too. A failed stream stays
+ * failed: destroy it and create another.
+ *
+ * The communicator and the buffers of a collective on a stream are borrowed
+ * until it has completed: synchronize the stream before destroying them. A
+ * communicator driven by the caller's event loop (hcclConfig_t.eventBase)
+ * completes a collective on a stream only while that loop runs.
+ * Every call is thread-safe. Calls that would wait for the calling stream
+ * worker itself (synchronizing or destroying its own stream from a function
+ * running on it) return hcclInvalidUsage.
+ */
+typedef struct hcclStream *hcclStream_t;
+typedef struct hcclEvent *hcclEvent_t;
+
+/* Creates a stream and its worker thread. hcclSystemError if the thread cannot be started. */
+HCCL_API hcclResult_t hcclStreamCreate(hcclStream_t *stream);
+/*
+ * Waits until everything queued on stream (including what its functions queue meanwhile) has
+ * run, then stops the worker and frees the stream, whatever the result: hcclSuccess, or the
+ * stream's sticky error. A destroyed handle is hcclInvalidUsage afterwards.
+ */
+HCCL_API hcclResult_t hcclStreamDestroy(hcclStream_t stream);
+/* Queues fn(arg) to run on the stream's worker after what is queued already; fn non-NULL. */
+HCCL_API hcclResult_t hcclStreamEnqueue(hcclStream_t stream, void (*fn)(void *arg), void *arg);
+/* Blocks until everything queued on stream before the call has finished; the sticky error. */
+HCCL_API hcclResult_t hcclStreamSynchronize(hcclStream_t stream);
+/*
+ * What is queued on stream after this call waits until the work captured by event's latest
+ * hcclEventRecord has finished (on whichever stream it was recorded); the worker sleeps. An event
+ * never recorded makes this a no-op. Re-recording or destroying event afterwards does not change
+ * what this wait waits for.
+ */
+HCCL_API hcclResult_t hcclStreamWaitEvent(hcclStream_t stream, hcclEvent_t event);
+
+HCCL_API hcclResult_t hcclEventCreate(hcclEvent_t *event);
+/* Frees the handle; waits already queued on streams stay valid. */
+HCCL_API hcclResult_t hcclEventDestroy(hcclEvent_t event);
+/* Captures "everything queued on stream so far"; recording again moves it to the new point. */
+HCCL_API hcclResult_t hcclEventRecord(hcclEvent_t event, hcclStream_t stream);
+/*
+ * hcclSuccess when the captured work has finished (or the event was never recorded),
+ * hcclInProgress while it has not; the stream's error if that work failed. Never blocks.
+ */
+HCCL_API hcclResult_t hcclEventQuery(hcclEvent_t event);
+/* Blocks until the captured work has finished; its result as hcclEventQuery. */
+HCCL_API hcclResult_t hcclEventSynchronize(hcclEvent_t event);
+
+/*
+ * Collectives on a stream: the arguments of the Async forms, checked by the call itself, with
+ * stream in place of req. The collective is posted on comm when the stream reaches it, so every
+ * rank must reach its collectives on comm in the same order, as with the Async forms.
+ */
+HCCL_API hcclResult_t hcclAllReduceOnStream(const void *sendbuf, void *recvbuf, size_t count,
+                                            hcclDataType_t datatype, hcclRedOp_t op,
+                                            hcclComm_t comm, hcclStream_t stream);
+HCCL_API hcclResult_t hcclBroadcastOnStream(void *buf, size_t count, hcclDataType_t datatype,
+                                            int root, hcclComm_t comm, hcclStream_t stream);
+HCCL_API hcclResult_t hcclAllGatherOnStream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                            hcclDataType_t datatype, hcclComm_t comm,
+                                            hcclStream_t stream);
+HCCL_API hcclResult_t hcclReduceScatterOnStream(const void *sendbuf, void *recvbuf,
+                                                size_t recvcount, hcclDataType_t datatype,
+                                                hcclRedOp_t op, hcclComm_t comm,
+                                                hcclStream_t stream);
+HCCL_API hcclResult_t hcclAlltoAllOnStream(const void *sendbuf, void *recvbuf, size_t count,
+                                           hcclDataType_t datatype, hcclComm_t comm,
+                                           hcclStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
