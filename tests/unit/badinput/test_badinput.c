@@ -39,6 +39,8 @@ typedef struct {
     size_t counts[1];
     size_t displs[1];
     hcclRequest_t reqs[2];
+    hcclStream_t s, dead_s;
+    hcclEvent_t e, dead_e;
     int i;
     hcclResult_t res;
 } fx_t;
@@ -46,6 +48,11 @@ typedef struct {
 static void on_done(hcclRequest_t req, hcclResult_t res, void *arg)
 {
     (void)req, (void)res, (void)arg;
+}
+
+static void on_work(void *arg)
+{
+    (void)arg;
 }
 
 /* X(entry point, word the error names, expected result, expression) */
@@ -245,7 +252,53 @@ static void on_done(hcclRequest_t req, hcclResult_t res, void *arg)
     X("hcclWaitAll", "reqs", hcclInvalidArgument, hcclWaitAll(2, NULL))                               \
     X("hcclWaitAll", "req", hcclInvalidUsage, (f->reqs[1] = f->stale, hcclWaitAll(2, f->reqs)))       \
     X("hcclRequestSetCallback", "req", hcclInvalidArgument, hcclRequestSetCallback(NULL, on_done, NULL)) \
-    X("hcclRequestSetCallback", "req", hcclInvalidUsage, hcclRequestSetCallback(f->stale, on_done, NULL))
+    X("hcclRequestSetCallback", "req", hcclInvalidUsage, hcclRequestSetCallback(f->stale, on_done, NULL)) \
+    /* Host streams and events */                                                                    \
+    X("hcclStreamCreate", "stream", hcclInvalidArgument, hcclStreamCreate(NULL))                      \
+    X("hcclStreamDestroy", "stream", hcclInvalidArgument, hcclStreamDestroy(NULL))                    \
+    X("hcclStreamDestroy", "stream", hcclInvalidUsage, hcclStreamDestroy(f->dead_s))                  \
+    X("hcclStreamEnqueue", "stream", hcclInvalidArgument, hcclStreamEnqueue(NULL, on_work, NULL))     \
+    X("hcclStreamEnqueue", "stream", hcclInvalidUsage, hcclStreamEnqueue(f->dead_s, on_work, NULL))   \
+    X("hcclStreamEnqueue", "fn", hcclInvalidArgument, hcclStreamEnqueue(f->s, NULL, NULL))            \
+    X("hcclStreamSynchronize", "stream", hcclInvalidArgument, hcclStreamSynchronize(NULL))            \
+    X("hcclStreamSynchronize", "stream", hcclInvalidUsage, hcclStreamSynchronize(f->dead_s))          \
+    X("hcclStreamWaitEvent", "stream", hcclInvalidArgument, hcclStreamWaitEvent(NULL, f->e))          \
+    X("hcclStreamWaitEvent", "event", hcclInvalidArgument, hcclStreamWaitEvent(f->s, NULL))           \
+    X("hcclStreamWaitEvent", "event", hcclInvalidUsage, hcclStreamWaitEvent(f->s, f->dead_e))         \
+    X("hcclEventCreate", "event", hcclInvalidArgument, hcclEventCreate(NULL))                         \
+    X("hcclEventDestroy", "event", hcclInvalidArgument, hcclEventDestroy(NULL))                       \
+    X("hcclEventDestroy", "event", hcclInvalidUsage, hcclEventDestroy(f->dead_e))                     \
+    X("hcclEventRecord", "event", hcclInvalidArgument, hcclEventRecord(NULL, f->s))                   \
+    X("hcclEventRecord", "stream", hcclInvalidArgument, hcclEventRecord(f->e, NULL))                  \
+    X("hcclEventRecord", "stream", hcclInvalidUsage, hcclEventRecord(f->e, f->dead_s))                \
+    X("hcclEventQuery", "event", hcclInvalidArgument, hcclEventQuery(NULL))                           \
+    X("hcclEventQuery", "event", hcclInvalidUsage, hcclEventQuery(f->dead_e))                         \
+    X("hcclEventSynchronize", "event", hcclInvalidArgument, hcclEventSynchronize(NULL))               \
+    X("hcclEventSynchronize", "event", hcclInvalidUsage, hcclEventSynchronize(f->dead_e))             \
+    X("hcclAllReduceOnStream", "stream", hcclInvalidArgument,                                        \
+      hcclAllReduceOnStream(f->buf, f->buf2, 4, hcclFloat32, hcclSum, f->c, NULL))                    \
+    X("hcclAllReduceOnStream", "comm", hcclInvalidArgument,                                          \
+      hcclAllReduceOnStream(f->buf, f->buf2, 4, hcclFloat32, hcclSum, NULL, f->s))                    \
+    X("hcclAllReduceOnStream", "comm", hcclInvalidUsage,                                             \
+      hcclAllReduceOnStream(f->buf, f->buf2, 4, hcclFloat32, hcclSum, f->dead, f->s))                 \
+    X("hcclAllReduceOnStream", "datatype", hcclInvalidArgument,                                      \
+      hcclAllReduceOnStream(f->buf, f->buf2, 4, (hcclDataType_t)99, hcclSum, f->c, f->s))             \
+    X("hcclAllReduceOnStream", "op", hcclInvalidArgument,                                            \
+      hcclAllReduceOnStream(f->buf, f->buf2, 4, hcclFloat32, hcclNumOps, f->c, f->s))                 \
+    X("hcclAllReduceOnStream", "count", hcclInvalidArgument,                                         \
+      hcclAllReduceOnStream(f->buf, f->buf2, HUGE, hcclFloat32, hcclSum, f->c, f->s))                 \
+    X("hcclAllReduceOnStream", "sendbuf", hcclInvalidArgument,                                       \
+      hcclAllReduceOnStream(NULL, f->buf2, 4, hcclFloat32, hcclSum, f->c, f->s))                      \
+    X("hcclBroadcastOnStream", "root", hcclInvalidArgument,                                          \
+      hcclBroadcastOnStream(f->buf, 4, hcclFloat32, 1, f->c, f->s))                                   \
+    X("hcclBroadcastOnStream", "stream", hcclInvalidUsage,                                           \
+      hcclBroadcastOnStream(f->buf, 4, hcclFloat32, 0, f->c, f->dead_s))                              \
+    X("hcclAllGatherOnStream", "recvbuf", hcclInvalidArgument,                                       \
+      hcclAllGatherOnStream(f->buf, NULL, 4, hcclFloat32, f->c, f->s))                                \
+    X("hcclReduceScatterOnStream", "op", hcclInvalidArgument,                                        \
+      hcclReduceScatterOnStream(f->buf, f->buf2, 4, hcclFloat32, (hcclRedOp_t)-1, f->c, f->s))        \
+    X("hcclAlltoAllOnStream", "datatype", hcclInvalidArgument,                                       \
+      hcclAlltoAllOnStream(f->buf, f->buf2, 4, hcclNumTypes, f->c, f->s))
 
 typedef struct {
     const char *call;
@@ -286,6 +339,12 @@ static int setup(void **state)
     memset(f->junk_id.internal, 0x33, sizeof(f->junk_id.internal));
     assert_int_equal(hcclUniqueIdToString(&f->id, f->idstr, sizeof(f->idstr)), hcclSuccess);
     f->counts[0] = 4;
+    assert_int_equal(hcclStreamCreate(&f->s), hcclSuccess);
+    assert_int_equal(hcclStreamCreate(&f->dead_s), hcclSuccess);
+    assert_int_equal(hcclStreamDestroy(f->dead_s), hcclSuccess);
+    assert_int_equal(hcclEventCreate(&f->e), hcclSuccess);
+    assert_int_equal(hcclEventCreate(&f->dead_e), hcclSuccess);
+    assert_int_equal(hcclEventDestroy(f->dead_e), hcclSuccess);
     *state = f;
     return 0;
 }
@@ -294,6 +353,9 @@ static int teardown(void **state)
 {
     fx_t *f = *state;
 
+    assert_int_equal(hcclStreamSynchronize(f->s), hcclSuccess);
+    assert_int_equal(hcclStreamDestroy(f->s), hcclSuccess);
+    assert_int_equal(hcclEventDestroy(f->e), hcclSuccess);
     assert_int_equal(hcclCommDestroy(f->c), hcclSuccess);
     free(f);
     return 0;
