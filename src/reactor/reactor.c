@@ -486,7 +486,9 @@ bool hccl_reactor_drive(hccl_reactor_t *r, int timeout_ms)
 
 int hccl_reactor_completion_fd(hccl_reactor_t *r)
 {
+    pthread_mutex_lock(&r->done_mtx); /* against a request becoming DONE (hccl_request_complete) */
     atomic_store(&r->completion_fd_used, true);
+    pthread_mutex_unlock(&r->done_mtx);
     return r->completion_fd;
 }
 

@@ -58,7 +58,7 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
     uint64_t one = 1;
 
     pthread_mutex_lock(&r->done_mtx);
-    req->state = HCCL_REQ_COMPLETING;
+    __atomic_store_n(&req->state, HCCL_REQ_COMPLETING, __ATOMIC_RELAXED); /* spinners read it */
     req->result = res;
     if (res != hcclSuccess && errmsg)
         req->errmsg = strdup(errmsg);
@@ -77,11 +77,14 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
         cb(req, res, req->cb_arg);
         pthread_mutex_lock(&r->done_mtx);
     }
+    /* Decided with DONE, under the lock that hccl_reactor_completion_fd takes: a request seen
+     * done before the caller asked for the fd is never counted on it afterwards. */
+    bool count = atomic_load(&r->completion_fd_used);
     __atomic_store_n(&req->state, HCCL_REQ_DONE, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&r->done_cond);
     pthread_mutex_unlock(&r->done_mtx);
     atomic_fetch_sub(&r->pending, 1);
-    if (atomic_load(&r->completion_fd_used) && write(fd, &one, sizeof(one)) < 0)
+    if (count && write(fd, &one, sizeof(one)) < 0)
         HCCL_WARN("request: write(completion fd): %s", strerror(errno));
     hccl_request_release(req);
 }
