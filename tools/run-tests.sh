@@ -26,3 +26,13 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHCCL_ENABLE_SANITIZERS=ON >/
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure
+
+# The decoders of bytes from other processes under libFuzzer (clang; 12 s per target).
+if ! command -v clang >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang
+fi
+if command -v clang >/dev/null 2>&1; then
+  tests/fuzz/run_fuzzers.sh build-fuzz 12
+else
+  echo "clang is not installed: the fuzz targets were not run" >&2
+fi
