@@ -97,21 +97,28 @@ static void coll_on_timeout(void *arg)
 {
     struct hcclRequest *req = arg;
     struct hcclComm *comm = req->owner;
-    char msg[512], peers[256] = "";
+    char msg[512], peers[256] = "", what[96];
+    const char *failed_msg, *waiting;
+    bool posted = false;
 
-    char what[96];
-
-    if (req->run && hccl_exec_run_finishing(req->run))
-        return; /* it ended just now; its completion is already queued */
+    if (req->run && (hccl_exec_run_finishing(req->run) || hccl_exec_run_failed(req->run, &failed_msg)))
+        return; /* it ended or failed just now; its completion, with the first cause, is queued */
+    if (!req->run && atomic_load(&comm->async_error) != hcclSuccess)
+        return; /* the communicator failed first: that is the error it gets */
     if (req->run)
-        hccl_exec_run_pending_peers(req->run, peers, sizeof(peers));
+        posted = hccl_exec_run_pending_peers(req->run, peers, sizeof(peers));
     coll_describe(req, what, sizeof(what));
-    snprintf(msg, sizeof(msg), "rank %d: %s did not finish within the exec timeout of %d ms; "
-             "still waiting on %s%s", comm->rank, what, comm->params.exec_timeout_ms,
-             peers[0] ? "ranks " : "",
-             peers[0] ? peers : req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV
-                                    ? "its matching call (none posted yet)"
-                                    : "no rank (it had not started)");
+    if (posted)
+        waiting = "still waiting on ranks ";
+    else if (peers[0])
+        waiting = "no transfer in flight; its steps with ranks ";
+    else if (req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV)
+        waiting = "still waiting on its matching call (none posted yet)";
+    else
+        waiting = "it had not started (queued behind earlier collectives)";
+    snprintf(msg, sizeof(msg), "rank %d: %s did not finish within the exec timeout of %d ms; %s%s%s",
+             comm->rank, what, comm->params.exec_timeout_ms, waiting, peers,
+             !posted && peers[0] ? " are blocked on earlier steps" : "");
     HCCL_WARN("%s", msg);
     hccl_comm_fail(comm, hcclTimeout, msg);
 }

@@ -393,25 +393,42 @@ void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg)
     }
 }
 
-void hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len)
+/* Appends each peer of a send or receive step in one of the states wanted; returns how many. */
+static int run_peers_in(const hccl_run_t *run, const bool want[], char *buf, size_t len)
 {
     const hccl_plan_t *p = run->plan;
     size_t o = 0;
+    int found = 0;
     char *seen = hccl_calloc((size_t)p->nranks, 1);
 
     buf[0] = '\0';
     for (uint32_t i = 0; i < p->nsteps && seen; i++) {
         const hccl_step_t *s = &p->steps[i];
-        if ((s->kind == HCCL_STEP_SEND || s->kind == HCCL_STEP_RECV) &&
-            run->xfers[i].res == hcclInProgress && !seen[s->peer]) {
-            seen[s->peer] = 1;
-            int w = snprintf(buf + o, len - o, "%s%d", o ? "," : "", s->peer);
-            if (w < 0 || (size_t)w >= len - o)
-                break;
-            o += (size_t)w;
-        }
+        uint32_t left;
+        if ((s->kind != HCCL_STEP_SEND && s->kind != HCCL_STEP_RECV) || seen[s->peer] ||
+            !want[hccl_exec_run_step_state(run, i, &left)])
+            continue;
+        seen[s->peer] = 1;
+        int w = snprintf(buf + o, len - o, "%s%d", o ? "," : "", s->peer);
+        if (w < 0 || (size_t)w >= len - o)
+            break;
+        o += (size_t)w;
+        found++;
     }
     hccl_free(seen);
+    return found;
+}
+
+bool hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len)
+{
+    static const bool posted[HCCL_STEP_FAILED + 1] = {[HCCL_STEP_POSTED] = true};
+    static const bool not_issued[HCCL_STEP_FAILED + 1] = {[HCCL_STEP_BLOCKED] = true,
+                                                         [HCCL_STEP_READY] = true};
+
+    if (run_peers_in(run, posted, buf, len) > 0)
+        return true;
+    run_peers_in(run, not_issued, buf, len);
+    return false;
 }
 
 /* ---- read-only views for diagnostics (the caller holds the progress lock) ---- */

@@ -204,8 +204,11 @@ void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *
 void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg);
 /* Number of runs in flight. */
 int hccl_exec_inflight(const hccl_exec_t *ex);
-/* Writes the peers a run still waits on ("1,3") into buf. */
-void hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len);
+/*
+ * Writes the peers a run still waits on ("1,3") into buf and returns true; when no transfer is
+ * posted, writes those of its transfers not issued yet (blocked on earlier steps) and returns false.
+ */
+bool hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len);
 uint64_t hccl_exec_run_seq(const hccl_run_t *run);
 /* The run has ended (its completion is on its way): nothing can fail it any more. */
 bool hccl_exec_run_finishing(const hccl_run_t *run);
