@@ -84,13 +84,7 @@ void hccl_rdma_conn_destroy(rdma_conn_t *rc)
         v->dereg_mr(rc->rx_mr);
     if (rc->tx_mr)
         v->dereg_mr(rc->tx_mr);
-    for (int i = 0; i < RDMA_ZRX_MAX; i++)
-        hccl_rdma_reg_put(rc->zrx_reg[i]);
-    while (rc->cts_held) {
-        rdma_cts_held_t *h = rc->cts_held;
-        rc->cts_held = h->next;
-        hccl_free(h);
-    }
+    hccl_rdma_zcopy_stop(rc, hcclSuccess); /* drops what is left, completing nothing */
     if (rc->id)
         v->destroy_id(rc->id);
     free(rc->rx_buf);

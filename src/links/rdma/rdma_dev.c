@@ -1,4 +1,4 @@
-/* rdma: picking the device, its PD / CQ / completion channel, completions, registrations. */
+/* rdma: picking the device, its PD / CQ / completion channel, completions. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -126,6 +126,24 @@ hcclResult_t hccl_rdma_pick_device(rdma_ctx_t *ctx, hccl_sockaddr_t *addr_p)
     return hcclSuccess;
 }
 
+/*
+ * On-demand paging for RC: the device reads a send's (or write's) source and is written into
+ * through MRs that follow the page tables, so a buffer freed and allocated again is seen as it
+ * is now. Explicit ODP (one MR per buffer), not implicit: an MR of the whole address space
+ * would let a peer write anywhere in this process.
+ */
+static bool odp_usable(rdma_ctx_t *ctx, struct ibv_context *vctx)
+{
+    const uint32_t need = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE;
+    struct ibv_device_attr_ex a;
+
+    memset(&a, 0, sizeof(a));
+    if (ctx->v->query_device_ex(vctx, NULL, &a) != 0)
+        return false; /* an old provider: no ODP */
+    return (a.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
+           (a.odp_caps.per_transport_caps.rc_odp_caps & need) == need;
+}
+
 hcclResult_t hccl_rdma_ctx_open(rdma_ctx_t *ctx)
 {
     struct ibv_context *vctx = ctx->listen_id->verbs;
@@ -135,6 +153,11 @@ hcclResult_t hccl_rdma_ctx_open(rdma_ctx_t *ctx)
     if (!vctx)
         return hccl_error_set_quiet(hcclUnsupported, "rdma: the address of %s is on no RDMA device",
                                     ctx->card.dev);
+    ctx->odp = odp_usable(ctx, vctx);
+    HCCL_INFO(HCCL_SUB_INIT | HCCL_SUB_LINK, "rank %d: rdma on %s: user buffers registered %s",
+              ctx->env->rank, ctx->card.dev,
+              ctx->odp ? "on demand (ODP), cached across collectives"
+                       : "pinned, cached within one collective");
     ctx->pd = ctx->v->alloc_pd(vctx);
     if (!ctx->pd)
         return HCCL_FAIL(hcclSystemError, "rdma: ibv_alloc_pd on %s: %s", ctx->card.dev, strerror(errno));
@@ -155,11 +178,7 @@ hcclResult_t hccl_rdma_ctx_open(rdma_ctx_t *ctx)
 /* Frees what hccl_rdma_ctx_open made; every connection's QP and MRs are gone already. */
 void hccl_rdma_ctx_close(rdma_ctx_t *ctx)
 {
-    for (int i = 0; i < RDMA_REG_CACHE; i++)
-        if (ctx->regs[i].mr) {
-            ctx->v->dereg_mr(ctx->regs[i].mr);
-            ctx->regs[i].mr = NULL;
-        }
+    hccl_rdma_reg_clear(ctx);
     if (ctx->ev_cq)
         event_free(ctx->ev_cq);
     ctx->ev_cq = NULL;
@@ -223,68 +242,4 @@ void hccl_rdma_on_cq_event(evutil_socket_t fd, short what, void *arg)
     else
         hccl_rdma_drain_cq(ctx);
     hccl_reactor_leave(ctx->env->reactor);
-}
-
-/*
- * The registration cache. An entry is used again only for exactly the same address and
- * length; any other overlap with a new transfer's range invalidates it (the buffer was
- * freed and its range reused). A buffer freed and allocated again at the same address with
- * the same length is taken for the same buffer: that is the limit of validating by range.
- */
-hcclResult_t hccl_rdma_reg_get(rdma_ctx_t *ctx, void *buf, size_t len, rdma_reg_t **reg_p)
-{
-    uintptr_t lo = (uintptr_t)buf, hi = lo + len;
-    rdma_reg_t *slot = NULL;
-
-    for (int i = 0; i < RDMA_REG_CACHE; i++) {
-        rdma_reg_t *e = &ctx->regs[i];
-        uintptr_t elo = (uintptr_t)e->addr, ehi = elo + e->len;
-        if (!e->mr)
-            continue;
-        if (e->addr == buf && e->len == len) {
-            e->inflight++;
-            e->last_use = ++ctx->reg_clock;
-            ctx->reg_hits++;
-            *reg_p = e;
-            return hcclSuccess;
-        }
-        if (lo < ehi && elo < hi && e->inflight == 0) {
-            ctx->v->dereg_mr(e->mr); /* stale: the range now holds another buffer */
-            memset(e, 0, sizeof(*e));
-        }
-    }
-    for (int i = 0; i < RDMA_REG_CACHE; i++) {
-        rdma_reg_t *e = &ctx->regs[i];
-        if (e->inflight)
-            continue;
-        if (!e->mr) {
-            slot = e;
-            break;
-        }
-        if (!slot || e->last_use < slot->last_use)
-            slot = e;
-    }
-    if (!slot)
-        return HCCL_FAIL(hcclSystemError, "rdma: %d zero-copy registrations in use", RDMA_REG_CACHE);
-    if (slot->mr)
-        ctx->v->dereg_mr(slot->mr);
-    memset(slot, 0, sizeof(*slot));
-    slot->mr = ctx->v->reg_mr(ctx->pd, buf, len,
-                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-    if (!slot->mr)
-        return HCCL_FAIL(hcclSystemError, "rdma: ibv_reg_mr(%zu bytes) on %s: %s", len, ctx->card.dev,
-                         strerror(errno));
-    slot->addr = buf;
-    slot->len = len;
-    slot->inflight = 1;
-    slot->last_use = ++ctx->reg_clock;
-    ctx->reg_misses++;
-    *reg_p = slot;
-    return hcclSuccess;
-}
-
-void hccl_rdma_reg_put(rdma_reg_t *reg)
-{
-    if (reg && reg->inflight > 0)
-        reg->inflight--;
 }

@@ -6,6 +6,13 @@ static int shim_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_por
     return ibv_query_port(ctx, port, attr);
 }
 
+static int shim_query_device_ex(struct ibv_context *ctx,
+                                const struct ibv_query_device_ex_input *input,
+                                struct ibv_device_attr_ex *attr)
+{
+    return ibv_query_device_ex(ctx, input, attr);
+}
+
 static struct ibv_mr *shim_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
     return ibv_reg_mr(pd, addr, len, access);
@@ -43,6 +50,7 @@ const hccl_rdma_shim_t hccl_rdma_shim_real = {
     .open_device = ibv_open_device,
     .close_device = ibv_close_device,
     .query_device = ibv_query_device,
+    .query_device_ex = shim_query_device_ex,
     .query_port = shim_query_port,
     .query_gid = ibv_query_gid,
     .alloc_pd = ibv_alloc_pd,

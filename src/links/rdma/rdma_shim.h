@@ -1,8 +1,8 @@
 /*
  * Every libibverbs and librdmacm call of the rdma link goes through this table, so that tests
- * can replace the verbs with a model: ibv_post_send, ibv_post_recv, ibv_poll_cq and
- * ibv_req_notify_cq are static inline in verbs.h and ibv_reg_mr, ibv_query_port are macros,
- * so there is no symbol to wrap at link time.
+ * can replace the verbs with a model: ibv_post_send, ibv_post_recv, ibv_poll_cq,
+ * ibv_req_notify_cq and ibv_query_device_ex are static inline in verbs.h and ibv_reg_mr,
+ * ibv_query_port are macros, so there is no symbol to wrap at link time.
  */
 #ifndef HCCL_LINK_RDMA_SHIM_H
 #define HCCL_LINK_RDMA_SHIM_H
@@ -18,6 +18,9 @@ typedef struct hccl_rdma_shim {
     struct ibv_context *(*open_device)(struct ibv_device *dev);
     int (*close_device)(struct ibv_context *ctx);
     int (*query_device)(struct ibv_context *ctx, struct ibv_device_attr *attr);
+    /* For the on-demand paging capabilities (odp_caps). */
+    int (*query_device_ex)(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
+                           struct ibv_device_attr_ex *attr);
     int (*query_port)(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
     int (*query_gid)(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid);
     /* resources */

@@ -1,11 +1,10 @@
 /*
- * The rdma link over a model of verbs and rdma_cm (verbs_model.c): two ranks in one process,
- * each with its own reactor driven by the test; set-up runs a thread per rank (it blocks until
- * both sides meet). The wire moves only when the test pumps it (or at once in auto mode), so a
- * sender that ignores its credits overruns the receiver's posted slots and the model counts it.
- * Every test ends with every verbs object released and no verbs rule broken.
+ * The rdma link over a model of verbs and rdma_cm (rdma_harness.h): device choice, set-up and
+ * teardown, the staged path with its credits (a sender that ignores them overruns the
+ * receiver's posted slots and the model counts it), completions in batches, error completions,
+ * and every set-up call failing in turn. Every test ends with every verbs object released and
+ * no verbs rule broken. The zero-copy path is in test_rdma_zcopy.c.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,188 +15,9 @@
 
 #include <cmocka.h>
 
-#include "links/link.h"
-#include "links/rdma/rdma.h"
-#include "verbs_model.h"
+#include "rdma_harness.h"
 
-#define MAX_STEPS 100000
 #define NX 64
-
-typedef struct {
-    hccl_xfer_t x;      /* first: the callback casts back */
-    int ndone;
-    hcclResult_t res;
-} xf_t;
-
-typedef struct {
-    hccl_reactor_t *r;
-    hccl_link_env_t env;
-    hccl_params_t params;
-    void *ctx;
-    hccl_conn_t *conns[2];
-    hcclResult_t conn_res;
-    int fatal;
-    char fatal_msg[512];
-} rank_t;
-
-static hccl_card_t cards[2];
-static rank_t ranks[2];
-static const hccl_link_ops_t *ops = &hccl_link_rdma_ops;
-
-static void on_fatal(void *arg, hcclResult_t res, const char *msg)
-{
-    rank_t *rk = arg;
-
-    (void)res;
-    if (!rk->fatal++)
-        snprintf(rk->fatal_msg, sizeof(rk->fatal_msg), "%s", msg);
-}
-
-static void xf_done(hccl_xfer_t *x, hcclResult_t res)
-{
-    xf_t *f = (xf_t *)x;
-
-    f->ndone++;
-    f->res = res;
-}
-
-static hcclResult_t rank_init(int r)
-{
-    rank_t *rk = &ranks[r];
-
-    memset(rk, 0, sizeof(*rk));
-    if (hccl_reactor_create(NULL, r, &rk->r) != hcclSuccess)
-        return hcclSystemError;
-    rk->params.buffsize = 64u << 10; /* 4 KiB slots */
-    rk->params.connect_timeout_ms = 10000;
-    rk->env.rank = r;
-    rk->env.nranks = 2;
-    rk->env.comm_id = 0x1234;
-    memset(rk->env.secret, 7, sizeof(rk->env.secret));
-    rk->env.reactor = rk->r;
-    rk->env.params = &rk->params;
-    rk->env.cards = cards;
-    rk->env.on_fatal = on_fatal;
-    rk->env.fatal_arg = rk;
-    memset(&cards[r], 0, sizeof(cards[r]));
-    cards[r].rank = (uint32_t)r;
-    return ops->init(&rk->env, cards[r].blob[HCCL_LINK_RDMA], &rk->ctx);
-}
-
-static int64_t connect_deadline_ms = 10000;
-
-static void *connect_thread(void *arg)
-{
-    rank_t *rk = arg;
-    int peer = 1 - rk->env.rank;
-
-    if (rk->env.rank == 0)
-        model_set_victim(true);
-    rk->conn_res = ops->connect(rk->ctx, &peer, 1, hccl_now_ms() + connect_deadline_ms, rk->conns);
-    model_set_victim(false);
-    return NULL;
-}
-
-static void connect_both(void)
-{
-    pthread_t t[2];
-
-    for (int r = 0; r < 2; r++)
-        assert_int_equal(pthread_create(&t[r], NULL, connect_thread, &ranks[r]), 0);
-    for (int r = 0; r < 2; r++)
-        pthread_join(t[r], NULL);
-}
-
-static void world_up(void)
-{
-    model_reset(1, true);
-    hccl_rdma_shim = &model_shim;
-    for (int r = 0; r < 2; r++)
-        assert_int_equal(rank_init(r), hcclSuccess);
-    assert_true(ops->reaches(&cards[0], &cards[1]));
-    connect_both();
-    assert_int_equal(ranks[0].conn_res, hcclSuccess);
-    assert_int_equal(ranks[1].conn_res, hcclSuccess);
-}
-
-static void assert_released(void)
-{
-    model_live_t l = model_live();
-
-    assert_int_equal(l.contexts, 0);
-    assert_int_equal(l.pds, 0);
-    assert_int_equal(l.cqs, 0);
-    assert_int_equal(l.comp_channels, 0);
-    assert_int_equal(l.mrs, 0);
-    assert_int_equal(l.qps, 0);
-    assert_int_equal(l.ids, 0);
-    assert_int_equal(l.cm_channels, 0);
-    assert_int_equal(l.cm_events, 0);
-    if (model_stats().violations)
-        fail_msg("verbs rule broken: %s", model_violation_text());
-}
-
-static void world_down(bool graceful)
-{
-    model_auto_pump(true);
-    for (int r = 0; r < 2 && graceful; r++)
-        ops->shutdown(ranks[r].ctx, hccl_now_ms() + 5000);
-    for (int r = 0; r < 2; r++) {
-        ops->fini(ranks[r].ctx);
-        hccl_reactor_destroy(ranks[r].r);
-    }
-    hccl_rdma_shim = &hccl_rdma_shim_real;
-    assert_released();
-}
-
-/* Moves the wire and runs both reactors until done() or the step bound. */
-static bool drive_until(bool (*done)(void *), void *arg, bool drive1)
-{
-    for (int i = 0; i < MAX_STEPS; i++) {
-        model_pump();
-        hccl_reactor_drive(ranks[0].r, 0);
-        if (drive1)
-            hccl_reactor_drive(ranks[1].r, 0);
-        if (done(arg))
-            return true;
-    }
-    return false;
-}
-
-typedef struct { xf_t *xf; int n; } xfs_t;
-
-static bool all_done(void *arg)
-{
-    xfs_t *s = arg;
-
-    for (int i = 0; i < s->n; i++)
-        if (!s->xf[i].ndone)
-            return false;
-    return true;
-}
-
-static bool never(void *arg)
-{
-    (void)arg;
-    return false;
-}
-
-static void post(int r, bool send, xf_t *f, uint64_t seq, void *buf, size_t len)
-{
-    memset(f, 0, sizeof(*f));
-    f->x.seq = seq;
-    f->x.tag = 1;
-    f->x.peer = 1 - r;
-    f->x.buf = buf;
-    f->x.len = len;
-    f->x.done = xf_done;
-    hccl_reactor_enter(ranks[r].r);
-    if (send)
-        assert_int_equal(ops->post_send(ranks[r].conns[1 - r], &f->x), hcclSuccess);
-    else
-        assert_int_equal(ops->post_recv(ranks[r].conns[1 - r], &f->x), hcclSuccess);
-    hccl_reactor_leave(ranks[r].r);
-}
 
 static void test_hca_filter(void **state)
 {
@@ -322,13 +142,6 @@ static void test_cq_batches(void **state)
     world_down(true);
 }
 
-static bool both_done(void *arg)
-{
-    xf_t *f = arg;
-
-    return f[0].ndone && f[1].ndone;
-}
-
 static bool cts_arrived(void *arg)
 {
     (void)arg;
@@ -347,7 +160,7 @@ static void test_error_completion(void **state)
 
     (void)state;
     world_up();
-    ((rdma_ctx_t *)ranks[0].ctx)->zcopy_min = ((rdma_ctx_t *)ranks[1].ctx)->zcopy_min = 8192;
+    set_zcopy_min(8192);
     post(1, false, &xf[1], 5, b, sizeof(b));
     assert_true(drive_until(cts_arrived, NULL, true));
     model_inject_error(IBV_WC_RETRY_EXC_ERR);
@@ -361,56 +174,6 @@ static void test_error_completion(void **state)
     assert_int_equal(ranks[1].fatal, 1);
     assert_non_null(strstr(ranks[1].fatal_msg, "rank 0"));
     world_down(false);
-}
-
-/* Large transfers are written into the receiver's registered buffer; the cache keeps them. */
-static void test_zero_copy(void **state)
-{
-    static xf_t xf[2];
-    enum { LEN = 64 << 10 };
-    char *src = malloc(LEN), *arena = malloc(2 * LEN);
-    rdma_ctx_t *c0, *c1;
-    model_stats_t st;
-
-    (void)state;
-    world_up();
-    c0 = ranks[0].ctx;
-    c1 = ranks[1].ctx;
-    c0->zcopy_min = c1->zcopy_min = 8192;
-    for (int round = 0; round < 4; round++) {
-        size_t len = round == 3 ? 2 * LEN - 4096 : LEN;
-        /* The last round: a new sender buffer, and a receiver range that overlaps the old
-         * registration with another length (the buffer was freed and its range reused). */
-        char *s = round == 3 ? malloc(len) : src;
-        for (size_t j = 0; j < len; j++)
-            s[j] = (char)(j * 7 + (size_t)round);
-        memset(arena, 0, 2 * LEN);
-        if (round % 2 == 0) { /* clear-to-send before the send, then after it */
-            post(1, false, &xf[1], (uint64_t)round, arena, len);
-            post(0, true, &xf[0], (uint64_t)round, s, len);
-        } else {
-            post(0, true, &xf[0], (uint64_t)round, s, len);
-            post(1, false, &xf[1], (uint64_t)round, arena, len);
-        }
-        assert_true(drive_until(both_done, xf, true));
-        assert_int_equal(xf[0].res, hcclSuccess);
-        assert_int_equal(xf[1].res, hcclSuccess);
-        assert_int_equal(xf[1].x.moved, len);
-        assert_memory_equal(s, arena, len);
-        if (round == 3)
-            free(s);
-    }
-    st = model_stats();
-    assert_int_equal(st.writes_imm, 4);
-    assert_int_equal(st.rnr, 0);
-    assert_int_equal(c0->reg_misses, 2);  /* src, then the last round's buffer */
-    assert_int_equal(c0->reg_hits, 2);
-    assert_int_equal(c1->reg_misses, 2);  /* arena, then arena with another length */
-    assert_int_equal(c1->reg_hits, 2);
-    assert_true(model_cqs_quiet());
-    world_down(true);
-    free(src);
-    free(arena);
 }
 
 /* Every verbs call of rank 0's set-up fails in turn: each run fails cleanly and releases all. */
@@ -457,7 +220,6 @@ int main(void)
         cmocka_unit_test(test_credits),
         cmocka_unit_test(test_cq_batches),
         cmocka_unit_test(test_error_completion),
-        cmocka_unit_test(test_zero_copy),
         cmocka_unit_test(test_fail_each_call),
     };
 

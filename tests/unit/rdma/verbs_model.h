@@ -4,12 +4,16 @@
  * when the test pumps it, completion queues that raise a channel event only when armed and
  * only for completions that arrive after arming, memory regions whose keys are checked on every
  * access, RDMA WRITE with immediate consuming a posted receive, receiver-not-ready counted,
- * injectable error completions, and counts of every live object.
+ * injectable error completions, and counts of every live object. Memory: a test may declare a
+ * range freed and allocated again (model_free_range); a pinned MR registered before that still
+ * holds the old pages, so data moved through it is a rule broken (and a write through it does
+ * not reach the buffer), while an on-demand (ODP) MR follows the page tables.
  */
 #ifndef HCCL_TEST_VERBS_MODEL_H
 #define HCCL_TEST_VERBS_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "links/rdma/rdma_shim.h"
 
@@ -26,6 +30,7 @@ typedef struct {
     int writes_imm;     /* RDMA WRITE with immediate delivered */
     int sends;          /* SENDs delivered */
     int reg_mr;         /* ibv_reg_mr calls that succeeded */
+    int reg_mr_odp;     /* of which with IBV_ACCESS_ON_DEMAND */
     int dereg_mr;
     int max_recv_backlog; /* most completed receives waiting in one CQ */
 } model_stats_t;
@@ -34,6 +39,10 @@ extern const hccl_rdma_shim_t model_shim;
 
 /* Forgets every object (all must be gone) and configures the device. */
 void model_reset(int ndevices, bool port_active);
+/* The device reports on-demand paging for RC (off after model_reset). */
+void model_set_odp(bool on);
+/* The test freed [addr, addr + len) and allocated it again: pinned MRs over it are stale. */
+void model_free_range(void *addr, size_t len);
 /* Moves every posted work request across the wire; returns how many moved. */
 int model_pump(void);
 /* On: posted work moves at once (as on an idle wire). */
@@ -47,6 +56,8 @@ int model_calls(void);
 model_live_t model_live(void);
 model_stats_t model_stats(void);
 const char *model_violation_text(void);
+/* For a test that breaks a rule on purpose, once it has checked that the model saw it. */
+void model_clear_violations(void);
 /* Every CQ is armed and empty: nothing can land unseen. */
 bool model_cqs_quiet(void);
 
