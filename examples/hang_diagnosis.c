@@ -263,6 +263,9 @@ int main(int argc, char **argv)
     }
     comm = scenario_comm(ctl, n, exec_timeout_s);
     CHECK(hcclAllReduce(&one, &one, 1, hcclFloat32, hcclSum, comm)); /* everyone is connected */
+    /* Nobody starts the scenario before everyone has finished that: a failure fails every
+     * request in flight, and this one is not what the scenario is about. */
+    CHECK(hcclBarrier(ctl));
     printf("rank %d: connected; now the %s scenario (exec timeout %.1f s, HCCL_CHECK %s)\n", g_rank,
            mode, exec_timeout_s, checked ? "on" : "off");
     if (!strcmp(mode, "dead")) {

@@ -321,6 +321,11 @@ static hcclResult_t stream_unexp_room(hccl_stream_t *s)
 /* The peer finished every collective and closed: its EOF is no failure, but a wait on it is. */
 static hcclResult_t stream_on_bye(hccl_stream_t *s)
 {
+    /* A goodbye that carries a result is a peer that failed first (hccl_stream_send_failure). */
+    if (s->rx_hdr.tag != 0 && s->rx_hdr.tag < hcclNumResults)
+        return HCCL_FAIL(hcclRemoteError, "rank %d: rank %d failed first (%s) and closed its "
+                                          "connections; its error names the cause",
+                         s->rank, s->peer, hcclGetErrorString((hcclResult_t)s->rx_hdr.tag));
     s->peer_bye = true;
     if (s->posted.head || s->await_fin.head)
         return stream_peer_gone(s);
@@ -495,6 +500,18 @@ hcclResult_t hccl_stream_send_bye(hccl_stream_t *s)
         return hcclSuccess;
     s->bye_sent = true;
     return stream_queue_ctl(s, HCCL_FRAME_BYE, 0, 0);
+}
+
+void hccl_stream_send_failure(hccl_stream_t *s, hcclResult_t res)
+{
+    hccl_frame_t f;
+    struct iovec iov = {&f, sizeof(f)};
+
+    /* Only between frames: a goodbye inside a half-written frame would be read as its bytes. */
+    if (s->failed || s->tx_cur || s->tx_ctl || res == hcclSuccess)
+        return;
+    frame_fill(s, &f, HCCL_FRAME_BYE, 0, (uint32_t)res, 0, 0);
+    (void)s->io->writev(s, &iov, 1); /* best effort: a short write ends as the closing does */
 }
 
 void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res)

@@ -117,6 +117,11 @@ bool hccl_stream_tx_pending(const hccl_stream_t *s);
 bool hccl_stream_closed_cleanly(const hccl_stream_t *s);
 /* Queues the goodbye of a graceful close (then hccl_stream_tx flushes it). */
 hcclResult_t hccl_stream_send_bye(hccl_stream_t *s);
+/*
+ * Before closing after a failure: tells the peer, in one non-blocking write between frames, that
+ * this side failed with res, so that the peer reports that rather than a vanished process.
+ */
+void hccl_stream_send_failure(hccl_stream_t *s, hcclResult_t res);
 /* Fails every transfer (completion deferred) and drops held messages. Idempotent. */
 void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res);
 

@@ -367,6 +367,7 @@ static void shm_abort(void *vctx, hcclResult_t res)
 
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        hccl_stream_send_failure(&sc->stream, res);
         hccl_stream_fail(&sc->stream, res);
         hccl_shm_conn_close(sc); /* closing our sockets tells the peers */
     }

@@ -248,6 +248,8 @@ static void tcp_abort(void *vctx, hcclResult_t res)
         tcp_conn_t *tc = ctx->conns[r];
         if (!tc)
             continue;
+        if (tc->fd >= 0)
+            hccl_stream_send_failure(&tc->stream, res);
         hccl_stream_fail(&tc->stream, res);
         hccl_tcp_conn_close(tc);
     }
