@@ -218,6 +218,7 @@ static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xf
 
     if (res == hcclSuccess) {
         x->moved = x->len;
+        s->rx_rndv_bytes += x->len;
         if (s->activity)
             hccl_link_stamp(&s->activity->rx_ms);
         hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
@@ -474,7 +475,11 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
             hccl_link_stamp(&s->activity->rx_ms);
         if (s->rx_hdr_got == sizeof(s->rx_hdr)) {
             s->rx_hdr_got = 0;
+            s->rx_rndv_bytes = 0;
             HCCL_CHECK(stream_on_header(s));
+            /* A single-copy read moves its whole message inside the header's handling: it
+             * counts, or one call could read every offered message and hold the loop for ms. */
+            total += s->rx_rndv_bytes;
         }
     }
     return s->failed ? s->fail_res : hcclInProgress;

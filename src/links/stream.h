@@ -91,6 +91,7 @@ struct hccl_stream {
     char *rx_dst;
     size_t rx_left;
     hccl_xfer_t *rx_xfer;     /* the receive being filled, or NULL */
+    size_t rx_rndv_bytes;     /* single-copy bytes read since last counted against the rx budget */
     hccl_unexp_t *rx_unexp;   /* the unexpected message being filled, or NULL */
     hccl_xfer_queue_t posted; /* receives without a message yet */
     hccl_unexp_t *unexp_head; /* messages without a receive yet, in arrival order */
