@@ -18,10 +18,10 @@ const hccl_link_ops_t *hccl_link_by_id(int id)
 {
     switch (id) {
     case HCCL_LINK_SHM: return &hccl_link_shm_ops;
+    case HCCL_LINK_TCP: return &hccl_link_tcp_ops;
 #ifdef HCCL_WITH_RDMA
     case HCCL_LINK_RDMA: return &hccl_link_rdma_ops;
 #endif
-    case HCCL_LINK_TCP: return &hccl_link_tcp_ops;
     default: return NULL;
     }
 }
