@@ -15,6 +15,11 @@
 
 struct pollfd;
 
+/* At the timeout: how long the ranks' state reports may take (seconds; the help text says it). */
+#define RUN_DUMP_WAIT_S 2
+#define RUN_STR_(x) #x
+#define RUN_STR(x) RUN_STR_(x)
+
 enum run_phase {
     PHASE_RUNNING,     /* no rank has failed yet */
     PHASE_GRACE,       /* a rank failed; the others have until grace_at to exit */

@@ -30,7 +30,6 @@
 
 #define RUN_KILL_DELAY_S    2.0         /* SIGTERM (or a forwarded signal) -> SIGKILL */
 #define RUN_GIVE_UP_S       2.0         /* after SIGKILL, how long strays may linger */
-#define RUN_DUMP_WAIT_S     2.0         /* timeout -> how long the ranks' state reports may take */
 
 static double now_s(void)
 {

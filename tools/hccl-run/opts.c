@@ -41,7 +41,7 @@ static const char usage_text[] =
     "exit before they are terminated. SIGINT, SIGTERM and SIGHUP are forwarded.\n"
     "At the timeout, ranks that catch SIGUSR1 (hccl does when HCCL_DUMP_ON_SIGNAL=1,\n"
     "which is set unless given) are first sent it and write what each of their\n"
-    "requests waits for; they get up to 2 s for it.\n"
+    "requests waits for; they get up to " RUN_STR(RUN_DUMP_WAIT_S) " s for it.\n"
     "Exit status: 0 if every rank exited 0, 124 on timeout, 128+n after a\n"
     "forwarded signal n, 2 on bad usage, 1 otherwise.\n";
 
