@@ -37,9 +37,9 @@ typedef struct {
     uint8_t port_num;
     uint8_t link_layer;     /* IBV_LINK_LAYER_* */
     int8_t gid_index;
-    uint16_t family;        /* AF_INET or AF_INET6: the rdma_cm address */
+    uint16_t family;        /* AF_INET: the rdma_cm address is IPv4 (see rdma_dev.c) */
     uint16_t cm_port;       /* network order */
-    uint8_t addr[16];
+    uint8_t addr[16];       /* the IPv4 address in the first 4 bytes */
     char dev[32];           /* device name, NUL-terminated */
     uint8_t gid[16];
 } rdma_card_t;

@@ -11,18 +11,13 @@
 /* Address and route resolution: each try at most this long, within the deadline. */
 #define RDMA_RESOLVE_MS 2000
 
+/* rdma_cm addresses are IPv4: RoCE v2 IPv4-mapped GIDs, IPoIB addresses (see rdma_dev.c). */
 static void card_to_sockaddr(const rdma_card_t *card, hccl_sockaddr_t *sa)
 {
     memset(sa, 0, sizeof(*sa));
-    if (card->family == AF_INET6) {
-        sa->in6.sin6_family = AF_INET6;
-        sa->in6.sin6_port = card->cm_port;
-        memcpy(&sa->in6.sin6_addr, card->addr, 16);
-    } else {
-        sa->in4.sin_family = AF_INET;
-        sa->in4.sin_port = card->cm_port;
-        memcpy(&sa->in4.sin_addr, card->addr, 4);
-    }
+    sa->in4.sin_family = AF_INET;
+    sa->in4.sin_port = card->cm_port;
+    memcpy(&sa->in4.sin_addr, card->addr, 4);
 }
 
 static const rdma_card_t *peer_card(rdma_ctx_t *ctx, int peer)
@@ -222,8 +217,6 @@ hcclResult_t hccl_rdma_connect_all(rdma_ctx_t *ctx, const int *peers, int npeers
             return HCCL_FAIL(hcclSystemError, "rank %d: rdma_create_id: %s", env->rank, strerror(errno));
         card_to_sockaddr(&ctx->card, &src);
         src.in4.sin_port = 0;
-        if (src.sa.sa_family == AF_INET6)
-            src.in6.sin6_port = 0;
         card_to_sockaddr(peer_card(ctx, peer), &dst);
         if (ctx->v->resolve_addr(rc->id, &src.sa, &dst.sa, RDMA_RESOLVE_MS) != 0)
             return HCCL_FAIL(hcclSystemError, "rank %d: rdma_resolve_addr to rank %d (%s): %s",

@@ -111,10 +111,7 @@ static hcclResult_t open_device(rdma_ctx_t *ctx)
                          strerror(errno));
     ctx->card.family = sa.sa.sa_family;
     ctx->card.cm_port = ctx->v->get_src_port(ctx->listen_id);
-    if (sa.sa.sa_family == AF_INET6)
-        memcpy(ctx->card.addr, &sa.in6.sin6_addr, 16);
-    else
-        memcpy(ctx->card.addr, &sa.in4.sin_addr, 4);
+    memcpy(ctx->card.addr, &sa.in4.sin_addr, 4); /* IPv4 only (hccl_rdma_pick_device) */
     return hccl_rdma_ctx_open(ctx);
 }
 

@@ -110,15 +110,17 @@ hcclResult_t hccl_rdma_reg_get(rdma_ctx_t *ctx, const hccl_xfer_t *x, bool send,
     }
     e = hccl_calloc(1, sizeof(*e));
     if (!e)
-        return HCCL_FAIL(hcclSystemError, "rdma: out of memory");
+        return HCCL_FAIL(hcclSystemError, "rank %d: rdma: out of memory registering a buffer for "
+                         "rank %d", ctx->env->rank, x->peer);
     if (ctx->odp)
         access |= IBV_ACCESS_ON_DEMAND;
     e->mr = ctx->v->reg_mr(ctx->pd, x->buf, x->len, access);
     if (!e->mr) {
         int err = errno;
         hccl_free(e);
-        return HCCL_FAIL(hcclSystemError, "rdma: ibv_reg_mr(%zu bytes%s) on %s: %s", x->len,
-                         ctx->odp ? ", on demand" : "", ctx->card.dev, strerror(err));
+        return HCCL_FAIL(hcclSystemError, "rank %d: rdma: ibv_reg_mr(%zu bytes%s) on %s for rank "
+                         "%d: %s", ctx->env->rank, x->len, ctx->odp ? ", on demand" : "",
+                         ctx->card.dev, x->peer, strerror(err));
     }
     e->addr = x->buf;
     e->len = x->len;

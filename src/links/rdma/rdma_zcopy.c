@@ -259,7 +259,8 @@ hcclResult_t hccl_rdma_on_cts(rdma_conn_t *rc, const rdma_cts_t *cts)
     rdma_zsend_t *h = hccl_calloc(1, sizeof(*h)), **tail = &rc->cts_held;
 
     if (!h)
-        return HCCL_FAIL(hcclSystemError, "rdma: out of memory");
+        return HCCL_FAIL(hcclSystemError, "rank %d: rdma: out of memory for a clear-to-send from "
+                         "rank %d", rc->ctx->env->rank, rc->peer);
     h->cts = *cts;
     h->x = hccl_xfer_queue_take(&rc->zsend_wait, cts->seq, cts->tag);
     if (!h->x)
@@ -296,7 +297,8 @@ hcclResult_t hccl_rdma_on_rts(rdma_conn_t *rc, const rdma_rts_t *rts)
             return mismatch(rc, x, rts->sig, rts->len, true);
     h = hccl_calloc(1, sizeof(*h));
     if (!h)
-        return HCCL_FAIL(hcclSystemError, "rdma: out of memory");
+        return HCCL_FAIL(hcclSystemError, "rank %d: rdma: out of memory for a ready-to-send from "
+                         "rank %d", rc->ctx->env->rank, rc->peer);
     h->rts = *rts;
     h->next = rc->rts_held;
     rc->rts_held = h;

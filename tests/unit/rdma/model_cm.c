@@ -298,3 +298,14 @@ int m_ack_cm_event(struct rdma_cm_event *ev)
     return 0;
 }
 
+
+int model_cm_queued(struct rdma_event_channel *ch)
+{
+    int n = 0;
+
+    LOCK();
+    for (const m_ev_t *e = ((m_cmch_t *)ch)->head; e; e = e->next)
+        n++;
+    UNLOCK();
+    return n;
+}

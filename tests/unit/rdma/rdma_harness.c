@@ -68,8 +68,15 @@ static void *connect_thread(void *arg)
     if (rk->env.rank == 0)
         model_set_victim(true);
     rk->conn_res = ops->connect(rk->ctx, &peer, 1, hccl_now_ms() + connect_deadline_ms, rk->conns);
+    if (rk->conn_res != hcclSuccess)
+        snprintf(rk->conn_msg, sizeof(rk->conn_msg), "%s", hccl_error_last());
     model_set_victim(false);
     return NULL;
+}
+
+void connect_start(int r, pthread_t *t)
+{
+    assert_int_equal(pthread_create(t, NULL, connect_thread, &ranks[r]), 0);
 }
 
 void connect_both(void)
@@ -77,7 +84,7 @@ void connect_both(void)
     pthread_t t[2];
 
     for (int r = 0; r < 2; r++)
-        assert_int_equal(pthread_create(&t[r], NULL, connect_thread, &ranks[r]), 0);
+        connect_start(r, &t[r]);
     for (int r = 0; r < 2; r++)
         pthread_join(t[r], NULL);
 }
@@ -121,6 +128,7 @@ void assert_released(void)
 void world_down(bool graceful)
 {
     model_auto_pump(true);
+    model_pump(); /* work posted before auto mode moves too */
     for (int r = 0; r < 2 && graceful; r++)
         ops->shutdown(ranks[r].ctx, hccl_now_ms() + 5000);
     for (int r = 0; r < 2; r++) {

@@ -6,6 +6,8 @@
 #ifndef HCCL_TEST_RDMA_HARNESS_H
 #define HCCL_TEST_RDMA_HARNESS_H
 
+#include <pthread.h>
+
 #include "links/link.h"
 #include "links/rdma/rdma.h"
 #include "verbs_model.h"
@@ -23,6 +25,7 @@ typedef struct {
     void *ctx;
     hccl_conn_t *conns[2];
     hcclResult_t conn_res;
+    char conn_msg[512];     /* the error of a failed connect */
     int fatal;
     char fatal_msg[512];
 } rank_t;
@@ -39,6 +42,8 @@ extern uint32_t post_sig; /* the signature post() stamps (0: none, as point-to-p
 hcclResult_t rank_init(int r);
 /* Both ranks connect, each from its own thread (rank 0's calls are the failure victims). */
 void connect_both(void);
+/* Rank r connects from a new thread (join it). */
+void connect_start(int r, pthread_t *t);
 /* A fresh model (with ODP or not), both ranks initialised and connected. */
 void world_up_with(bool odp);
 void world_up(void);

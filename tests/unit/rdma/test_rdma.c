@@ -2,8 +2,10 @@
  * The rdma link over a model of verbs and rdma_cm (rdma_harness.h): device choice, set-up and
  * teardown, the staged path with its credits (a sender that ignores them overruns the
  * receiver's posted slots and the model counts it), completions in batches, error completions,
- * and every set-up call failing in turn. Every test ends with every verbs object released and
- * no verbs rule broken. The zero-copy path is in test_rdma_zcopy.c.
+ * every set-up call failing in turn, CQ events acknowledged in batches, and the staging slot
+ * bounds. Every test ends with every verbs object released and no verbs rule broken. The
+ * zero-copy path is in test_rdma_zcopy.c; failures in test_rdma_faults.c, test_rdma_conn.c and
+ * test_rdma_proto.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -182,7 +184,8 @@ static void test_fail_each_call(void **state)
     int n;
 
     (void)state;
-    connect_deadline_ms = 300;
+    /* A peer whose set-up failed never calls: its partner waits out the deadline. */
+    connect_deadline_ms = 150;
     for (n = 1; n < 200; n++) {
         hcclResult_t r0;
         model_reset(1, true);
@@ -211,6 +214,57 @@ static void test_fail_each_call(void **state)
     connect_deadline_ms = 10000;
 }
 
+/* Many CQ events: they are acknowledged in batches, never left to pile up. */
+static void test_ack_batches(void **state)
+{
+    static xf_t xf[2];
+    char a[64] = "a", b[64];
+
+    (void)state;
+    world_up();
+    for (int i = 0; i < 2 * RDMA_ACK_BATCH; i++) {
+        post(1, false, &xf[1], (uint64_t)i, b, sizeof(b));
+        post(0, true, &xf[0], (uint64_t)i, a, sizeof(a));
+        assert_true(drive_until(both_done, xf, true));
+        assert_int_equal(xf[1].res, hcclSuccess);
+    }
+    assert_true(model_stats().cq_events >= 2 * RDMA_ACK_BATCH);
+    for (int r = 0; r < 2; r++)
+        assert_true(((rdma_ctx_t *)ranks[r].ctx)->unacked < RDMA_ACK_BATCH);
+    world_down(true);
+}
+
+/* HCCL_BUFFSIZE sets the staging slots within [4 KiB, 64 KiB]; messages span slots. */
+static void test_slot_bounds(void **state)
+{
+    static char a[70000], b[70000];
+    static xf_t xf[2];
+    size_t sizes[] = {16u << 20, 1024};
+    size_t want[] = {64u << 10, 4096};
+
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        model_reset(1, true);
+        hccl_rdma_shim = &model_shim;
+        for (int r = 0; r < 2; r++) {
+            assert_int_equal(rank_init(r), hcclSuccess);
+            ranks[r].params.buffsize = sizes[k];
+        }
+        connect_both();
+        assert_int_equal(ranks[0].conn_res, hcclSuccess);
+        assert_int_equal(((rdma_conn_t *)ranks[0].conns[1]->priv)->slot, want[k]);
+        for (size_t j = 0; j < sizeof(a); j++)
+            a[j] = (char)(j * 13 + (size_t)k);
+        memset(b, 0, sizeof(b));
+        post(1, false, &xf[1], 1, b, sizeof(b));
+        post(0, true, &xf[0], 1, a, sizeof(a));
+        assert_true(drive_until(both_done, xf, true));
+        assert_int_equal(xf[1].res, hcclSuccess);
+        assert_memory_equal(a, b, sizeof(a));
+        world_down(true);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +275,8 @@ int main(void)
         cmocka_unit_test(test_cq_batches),
         cmocka_unit_test(test_error_completion),
         cmocka_unit_test(test_fail_each_call),
+        cmocka_unit_test(test_ack_batches),
+        cmocka_unit_test(test_slot_bounds),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,6 +18,7 @@ static struct ibv_device devs[2];
 static struct ibv_device *dev_list[3];
 static int ndevs;
 static bool port_up;
+static bool infiniband;
 struct ibv_context model_cm_ctx;
 m_comp_t model_comps[MAXO];
 m_cq_t model_cqs[MAXO];
@@ -79,6 +80,7 @@ void model_reset(int ndevices, bool port_active)
     fail_at = calls = 0;
     ndevs = ndevices;
     port_up = port_active;
+    infiniband = false;
     memset(devs, 0, sizeof(devs));
     for (int i = 0; i < ndevs; i++) {
         snprintf(devs[i].name, sizeof(devs[i].name), "rxe%d", i);
@@ -119,6 +121,7 @@ bool model_cqs_quiet(void)
 }
 
 void model_set_odp(bool on) { LOCK(); model_odp = on; UNLOCK(); }
+void model_set_infiniband(bool on) { LOCK(); infiniband = on; UNLOCK(); }
 
 void model_free_range(void *addr, size_t len)
 {
@@ -222,7 +225,7 @@ static int m_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_att
     if (port != 1)
         return EINVAL;
     a->state = port_up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
-    a->link_layer = IBV_LINK_LAYER_ETHERNET;
+    a->link_layer = infiniband ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
     a->gid_tbl_len = 4;
     return 0;
 }

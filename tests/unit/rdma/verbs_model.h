@@ -41,6 +41,8 @@ extern const hccl_rdma_shim_t model_shim;
 void model_reset(int ndevices, bool port_active);
 /* The device reports on-demand paging for RC (off after model_reset). */
 void model_set_odp(bool on);
+/* The port's link layer is InfiniBand (RoCE after model_reset). */
+void model_set_infiniband(bool on);
 /* The test freed [addr, addr + len) and allocated it again: pinned MRs over it are stale. */
 void model_free_range(void *addr, size_t len);
 /* Moves every posted work request across the wire; returns how many moved. */
@@ -58,6 +60,8 @@ model_stats_t model_stats(void);
 const char *model_violation_text(void);
 /* For a test that breaks a rule on purpose, once it has checked that the model saw it. */
 void model_clear_violations(void);
+/* Events queued on an rdma_cm event channel and not taken yet. */
+int model_cm_queued(struct rdma_event_channel *ch);
 /* Every CQ is armed and empty: nothing can land unseen. */
 bool model_cqs_quiet(void);
 
