@@ -101,10 +101,16 @@ static void coll_on_timeout(void *arg)
     const char *failed_msg, *waiting;
     bool posted = false;
 
-    if (req->run && (hccl_exec_run_finishing(req->run) || hccl_exec_run_failed(req->run, &failed_msg)))
-        return; /* it ended or failed just now; its completion, with the first cause, is queued */
+    if (req->run && hccl_exec_run_finishing(req->run))
+        return; /* it ended just now; its completion is queued */
     if (!req->run && atomic_load(&comm->async_error) != hcclSuccess)
         return; /* the communicator failed first: that is the error it gets */
+    if (req->run && hccl_exec_run_failed(req->run, &failed_msg)) {
+        /* It failed, but transfers it posted to healthy links may never come back: failing the
+         * communicator aborts the links and ends it, with its first cause. */
+        hccl_comm_fail(comm, hccl_exec_run_result(req->run), failed_msg);
+        return;
+    }
     if (req->run)
         posted = hccl_exec_run_pending_peers(req->run, peers, sizeof(peers));
     coll_describe(req, what, sizeof(what));
@@ -415,7 +421,7 @@ typedef struct {
     size_t *v; /* owned until handed to the request */
 } coll_call_t;
 
-static bool ranges_overlap(const void *a, size_t alen, const void *b, size_t blen)
+bool hccl_ranges_overlap(const void *a, size_t alen, const void *b, size_t blen)
 {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
 
@@ -521,7 +527,7 @@ HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, siz
     if (count > 0 && (!sendbuf || !recvbuf))
         return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
                          sendbuf ? "recvbuf" : "sendbuf", count);
-    if (sendbuf != recvbuf && ranges_overlap(sendbuf, bytes, recvbuf, bytes))
+    if (sendbuf != recvbuf && hccl_ranges_overlap(sendbuf, bytes, recvbuf, bytes))
         return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being equal "
                                               "(in-place needs sendbuf == recvbuf)", fn);
     return coll_submit(comm, fn, &c, req_p);
@@ -577,7 +583,7 @@ HCCL_API hcclResult_t hcclReduceAsync(const void *sendbuf, void *recvbuf, size_t
         return HCCL_FAIL(hcclInvalidArgument, "%s: recvbuf is NULL on the root", fn);
     if (comm->rank != root)
         c.recvbuf = NULL; /* never touched elsewhere */
-    else if (sendbuf != recvbuf && ranges_overlap(sendbuf, bytes, recvbuf, bytes))
+    else if (sendbuf != recvbuf && hccl_ranges_overlap(sendbuf, bytes, recvbuf, bytes))
         return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being equal", fn);
     return coll_submit(comm, fn, &c, req_p);
 }
@@ -606,7 +612,7 @@ HCCL_API hcclResult_t hcclAllGatherAsync(const void *sendbuf, void *recvbuf, siz
         return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
                          sendbuf ? "recvbuf" : "sendbuf", sendcount);
     if (sendbuf != (char *)recvbuf + (size_t)comm->rank * bytes &&
-        ranges_overlap(sendbuf, bytes, recvbuf, total))
+        hccl_ranges_overlap(sendbuf, bytes, recvbuf, total))
         return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf overlaps recvbuf but is not "
                                               "recvbuf + rank*sendcount (the in-place form)", fn);
     return coll_submit(comm, fn, &c, req_p);
@@ -636,7 +642,7 @@ HCCL_API hcclResult_t hcclReduceScatterAsync(const void *sendbuf, void *recvbuf,
         return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
                          sendbuf ? "recvbuf" : "sendbuf", recvcount);
     if (recvbuf != (const char *)sendbuf + (size_t)comm->rank * bytes &&
-        ranges_overlap(sendbuf, total, recvbuf, bytes))
+        hccl_ranges_overlap(sendbuf, total, recvbuf, bytes))
         return HCCL_FAIL(hcclInvalidArgument, "%s: recvbuf overlaps sendbuf but is not "
                                               "sendbuf + rank*recvcount (the in-place form)", fn);
     return coll_submit(comm, fn, &c, req_p);
@@ -665,7 +671,7 @@ HCCL_API hcclResult_t hcclAlltoAllAsync(const void *sendbuf, void *recvbuf, size
     if (count > 0 && (!sendbuf || !recvbuf))
         return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
                          sendbuf ? "recvbuf" : "sendbuf", count);
-    if (ranges_overlap(sendbuf, total, recvbuf, total))
+    if (hccl_ranges_overlap(sendbuf, total, recvbuf, total))
         return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap (not allowed)", fn);
     return coll_submit(comm, fn, &c, req_p);
 }
@@ -718,7 +724,7 @@ HCCL_API hcclResult_t hcclAlltoAllvAsync(const void *sendbuf, const size_t *send
     if ((shi && !sendbuf) || (rhi && !recvbuf))
         return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with non-zero counts", fn,
                          shi && !sendbuf ? "sendbuf" : "recvbuf");
-    if (ranges_overlap(sendbuf, sbytes, recvbuf, rbytes))
+    if (hccl_ranges_overlap(sendbuf, sbytes, recvbuf, rbytes))
         return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap (not allowed)", fn);
     if (sendcounts[comm->rank] != recvcounts[comm->rank])
         return HCCL_FAIL(hcclInvalidArgument, "%s: this rank sends %zu elements to itself but "

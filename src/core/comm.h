@@ -109,6 +109,8 @@ void hccl_comm_error_text(struct hcclComm *comm, char *buf, size_t len);
 void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char *msg);
 /* Validates a handle passed by the user. */
 hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn);
+/* Whether [a, a + alen) and [b, b + blen) share a byte (empty ranges share none). */
+bool hccl_ranges_overlap(const void *a, size_t alen, const void *b, size_t blen);
 /* Queues req (filled in by the caller) on comm's reactor. */
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req);
 /* dump.c: the live communicators that HCCL_DUMP_ON_SIGNAL reports on (SIGUSR1). */

@@ -328,13 +328,23 @@ static void dumper_start(void)
     sigset_t all, old;
     int rc;
 
+    static bool warned, sem_ready;
+
     if (sigaction(SIGUSR1, NULL, &cur) != 0 || cur.sa_handler != SIG_DFL ||
         (cur.sa_flags & SA_SIGINFO)) {
-        HCCL_WARN("HCCL_DUMP_ON_SIGNAL: SIGUSR1 already has a handler in this process; it is "
-                  "left alone and no state dump is installed");
+        if (!warned)
+            HCCL_WARN("HCCL_DUMP_ON_SIGNAL: SIGUSR1 already has a handler in this process; it is "
+                      "left alone and no state dump is installed");
+        warned = true;
         return;
     }
-    sem_init(&dump_sem, 0, 0);
+    /* Made once and never destroyed: a handler still running on another thread when the last
+     * communicator went may post to it late. Such a stale post is drained here. */
+    if (!sem_ready)
+        sem_init(&dump_sem, 0, 0);
+    sem_ready = true;
+    while (sem_trywait(&dump_sem) == 0)
+        ;
     atomic_store(&dump_stop, false);
     /* The thread takes no signal: the handler runs on whichever other thread the kernel picks. */
     sigfillset(&all);
@@ -343,7 +353,6 @@ static void dumper_start(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         HCCL_WARN("HCCL_DUMP_ON_SIGNAL: cannot start the dump thread: %s", strerror(rc));
-        sem_destroy(&dump_sem);
         return;
     }
     memset(&sa, 0, sizeof(sa));
@@ -357,11 +366,15 @@ static void dumper_start(void)
 /* Under life_mtx: the handler goes first, so that nothing posts to a thread that is gone. */
 static void dumper_stop(void)
 {
-    sigaction(SIGUSR1, &old_usr1, NULL);
+    struct sigaction cur;
+
+    /* Put the old handler back only if ours is still there: the application may have
+     * installed its own since. */
+    if (sigaction(SIGUSR1, NULL, &cur) == 0 && cur.sa_handler == dump_on_sigusr1)
+        sigaction(SIGUSR1, &old_usr1, NULL);
     atomic_store(&dump_stop, true);
     sem_post(&dump_sem);
     pthread_join(dumper, NULL);
-    sem_destroy(&dump_sem);
     dumper_running = false;
 }
 

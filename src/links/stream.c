@@ -297,14 +297,16 @@ static hcclResult_t stream_hold(hccl_stream_t *s, bool with_payload)
     return hcclSuccess;
 }
 
-/* Room for the next bytes of the unexpected payload being read: doubles, up to its length. */
+/* Room for the next bytes of the unexpected payload being read: grows x8, up to its length. */
 static hcclResult_t stream_unexp_room(hccl_stream_t *s)
 {
     hccl_unexp_t *u = s->rx_unexp;
     size_t got = (size_t)u->f.len - s->rx_left;
 
     if (got == u->cap) {
-        size_t cap = u->cap ? u->cap * 2 : HCCL_STREAM_HOLD_FIRST;
+        /* x8: a 4 MiB chunk costs two reallocs, and what is held stays within 8x what the
+         * peer has really sent. */
+        size_t cap = u->cap ? u->cap * 8 : HCCL_STREAM_HOLD_FIRST;
         char *p;
         if (cap > u->f.len)
             cap = (size_t)u->f.len;

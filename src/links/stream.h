@@ -51,7 +51,7 @@ typedef struct hccl_ctl {
     struct hccl_ctl *next;
 } hccl_ctl_t;
 
-/* First allocation for a message that arrives before its receive; then it doubles. */
+/* First allocation for a message that arrives before its receive; then it grows x8. */
 #define HCCL_STREAM_HOLD_FIRST (64u << 10)
 
 typedef struct hccl_unexp {

@@ -8,13 +8,6 @@
 #include "core/comm.h"
 #include "reactor/hstream.h"
 
-static bool ranges_overlap(const void *a, size_t alen, const void *b, size_t blen)
-{
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-
-    return alen && blen && x < y + blen && y < x + alen;
-}
-
 /*
  * The checks the Async form would make (the same cases, the same result codes), done up front:
  * once the stream reaches the collective, an argument error could no longer be returned, and
@@ -23,7 +16,7 @@ static bool ranges_overlap(const void *a, size_t alen, const void *b, size_t ble
 static hcclResult_t coll_check(const hccl_hstream_coll_t *c, bool has_op)
 {
     const char *fn = c->fn;
-    size_t esz, n, bytes, total;
+    size_t esz, n, mult, bytes, total;
     bool in_place;
 
     HCCL_CHECK(hccl_comm_check(c->comm, fn));
@@ -38,11 +31,13 @@ static hcclResult_t coll_check(const hccl_hstream_coll_t *c, bool has_op)
         return HCCL_FAIL(hcclInvalidArgument, "%s: root %d is not in [0, %d)", fn, c->root,
                          c->comm->nranks);
     esz = hccl_dtype_size(c->dtype);
-    if (c->count > SIZE_MAX / n / esz)
+    /* Only the gathering and scattering forms hold nranks blocks of count. */
+    mult = c->coll == HCCL_COLL_ALLREDUCE || c->coll == HCCL_COLL_BROADCAST ? 1 : n;
+    if (c->count > SIZE_MAX / mult / esz)
         return HCCL_FAIL(hcclInvalidArgument, "%s: count %zu of %s overflows the address space", fn,
                          c->count, hccl_dtype_name(c->dtype));
     bytes = c->count * esz;
-    total = bytes * n;
+    total = bytes * mult;
     if (c->count > 0 && (!c->sendbuf || !c->recvbuf))
         return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
                          c->coll == HCCL_COLL_BROADCAST ? "buf"
@@ -51,26 +46,27 @@ static hcclResult_t coll_check(const hccl_hstream_coll_t *c, bool has_op)
                          c->count);
     switch (c->coll) {
     case HCCL_COLL_ALLREDUCE:
-        if (c->sendbuf != c->recvbuf && ranges_overlap(c->sendbuf, bytes, c->recvbuf, bytes))
+        if (c->sendbuf != c->recvbuf &&
+            hccl_ranges_overlap(c->sendbuf, bytes, c->recvbuf, bytes))
             return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being "
                                                   "equal (in-place needs sendbuf == recvbuf)", fn);
         break;
     case HCCL_COLL_ALLGATHER:
         in_place = c->sendbuf == (const char *)c->recvbuf + (size_t)c->comm->rank * bytes;
-        if (!in_place && ranges_overlap(c->sendbuf, bytes, c->recvbuf, total))
+        if (!in_place && hccl_ranges_overlap(c->sendbuf, bytes, c->recvbuf, total))
             return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf overlaps recvbuf but is not "
                                                   "recvbuf + rank*sendcount (the in-place form)",
                              fn);
         break;
     case HCCL_COLL_REDUCESCATTER:
         in_place = c->recvbuf == (const char *)c->sendbuf + (size_t)c->comm->rank * bytes;
-        if (!in_place && ranges_overlap(c->sendbuf, total, c->recvbuf, bytes))
+        if (!in_place && hccl_ranges_overlap(c->sendbuf, total, c->recvbuf, bytes))
             return HCCL_FAIL(hcclInvalidArgument, "%s: recvbuf overlaps sendbuf but is not "
                                                   "sendbuf + rank*recvcount (the in-place form)",
                              fn);
         break;
     case HCCL_COLL_ALLTOALL:
-        if (ranges_overlap(c->sendbuf, total, c->recvbuf, total))
+        if (hccl_ranges_overlap(c->sendbuf, total, c->recvbuf, total))
             return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap (not allowed)",
                              fn);
         break;

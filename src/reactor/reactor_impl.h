@@ -36,7 +36,7 @@ struct hccl_reactor {
      * runs libevent callbacks that take it again): the progress thread, a libevent callback,
      * or a waiter that drives the communicator itself (hccl_reactor_help). */
     pthread_mutex_t prog_mtx;
-    bool drivable;                 /* every link can be polled: a waiter may drive */
+    atomic_bool drivable;          /* every link can be polled: a waiter may drive */
     bool thread_spinning;          /* under prog_mtx: the progress thread is in its spin and
                                       clears the polling flags when it stops */
     /* A waiter that finished with nothing else in flight leaves the polling flags set, so that

@@ -458,6 +458,11 @@ uint32_t hccl_exec_run_remaining(const hccl_run_t *run)
     return run->remaining;
 }
 
+hcclResult_t hccl_exec_run_result(const hccl_run_t *run)
+{
+    return run->res;
+}
+
 bool hccl_exec_run_failed(const hccl_run_t *run, const char **msg_p)
 {
     *msg_p = run->failed ? run->msg : NULL;

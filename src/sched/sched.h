@@ -235,6 +235,8 @@ void *hccl_exec_run_arg(const hccl_run_t *run);
 uint32_t hccl_exec_run_remaining(const hccl_run_t *run);
 /* Whether the run has failed (its text in msg_p); it ends once its transfers are back. */
 bool hccl_exec_run_failed(const hccl_run_t *run, const char **msg_p);
+/* The run's result so far (its first failure once it has failed). */
+hcclResult_t hccl_exec_run_result(const hccl_run_t *run);
 /* Where step stands; *left_p: its predecessors not done yet. */
 hccl_step_state_t hccl_exec_run_step_state(const hccl_run_t *run, uint32_t step, uint32_t *left_p);
 
