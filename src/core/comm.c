@@ -90,7 +90,7 @@ static void comm_free(struct hcclComm *comm, bool graceful)
     pthread_mutex_destroy(&comm->mtx);
     pthread_cond_destroy(&comm->cond);
     comm->magic = HCCL_COMM_DEAD;
-    hccl_quarantine_free(HCCL_QUARANTINE_COMM, comm); /* a stale handle reads DEAD */
+    hccl_quarantine_free(HCCL_QUARANTINE_COMM, comm, sizeof(*comm)); /* a stale handle reads DEAD */
 }
 
 static hcclResult_t comm_open_links(struct hcclComm *comm, hccl_card_t *card)

@@ -12,7 +12,12 @@
 
 enum { HCCL_QUARANTINE_COMM, HCCL_QUARANTINE_REQUEST, HCCL_QUARANTINE_KINDS };
 
-/* Any thread. p (from hccl_malloc/calloc, NULL accepted) is freed later. */
-void hccl_quarantine_free(int kind, void *p);
+#include <stddef.h>
+
+/*
+ * Any thread. p (from hccl_malloc/calloc, NULL accepted; size bytes, every handle of a kind the
+ * same size, its magic a uint32_t first) is freed later.
+ */
+void hccl_quarantine_free(int kind, void *p, size_t size);
 
 #endif /* HCCL_QUARANTINE_H */

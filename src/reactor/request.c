@@ -35,7 +35,7 @@ void hccl_request_release(struct hcclRequest *req)
         hccl_free(req->errmsg);
         hccl_free(req->v);
         hccl_free(req->check);
-        hccl_quarantine_free(HCCL_QUARANTINE_REQUEST, req); /* a stale handle reads DEAD */
+        hccl_quarantine_free(HCCL_QUARANTINE_REQUEST, req, sizeof(*req)); /* a stale handle reads DEAD */
         hccl_reactor_release(r);
     }
 }
