@@ -30,7 +30,8 @@
  * missing     The last rank never calls init. The others get hcclTimeout from
  *             hcclCommInitFromEnv after the connect timeout, naming it.
  * dead        The last rank dies by SIGKILL in the middle of a 64 MiB
- *             AllReduce. Every survivor gets hcclRemoteError naming it,
+ *             AllReduce, once every rank has posted it (a barrier on the
+ *             second communicator says so). Every survivor gets hcclRemoteError naming it,
  *             hcclCommGetAsyncError reports it, and hcclCommAbort frees the
  *             communicator. hccl-run then exits non-zero, naming the victim.
  *
@@ -154,11 +155,11 @@ static outcome_t run_skip(hcclComm_t comm, double exec_timeout_s)
     return verdict("hcclAllReduce(1024 x float32, sum)", res, hcclTimeout, true, t0);
 }
 
-static int run_dead(hcclComm_t comm, int n)
+static int run_dead(hcclComm_t comm, hcclComm_t ctl, int n)
 {
     size_t count = 16u << 20; /* 64 MiB of float32 */
     float *buf = calloc(count, sizeof(float));
-    hcclResult_t res, async = hcclSuccess;
+    hcclResult_t res, barrier, async = hcclSuccess;
     hcclRequest_t req;
     double t0 = now_s();
     int failed;
@@ -166,10 +167,13 @@ static int run_dead(hcclComm_t comm, int n)
     if (!buf)
         return fprintf(stderr, "out of memory\n"), 1;
     res = hcclAllReduceAsync(buf, buf, count, hcclFloat32, hcclSum, comm, &req);
+    /* Once the barrier returns every rank has posted the AllReduce: its transfers are under
+     * way. The victim may leave it first and die while the others are still in it, so theirs
+     * may fail: what they report is the AllReduce's result. */
+    barrier = hcclBarrier(ctl);
     if (g_rank == n - 1) {
-        struct timespec ts = {0, 20 * 1000 * 1000};
+        CHECK(barrier);
         printf("rank %d: dying by SIGKILL in the middle of the AllReduce\n", g_rank);
-        nanosleep(&ts, NULL); /* let the transfer start */
         raise(SIGKILL);
     }
     if (res == hcclSuccess)
@@ -269,7 +273,7 @@ int main(int argc, char **argv)
     printf("rank %d: connected; now the %s scenario (exec timeout %.1f s, HCCL_CHECK %s)\n", g_rank,
            mode, exec_timeout_s, checked ? "on" : "off");
     if (!strcmp(mode, "dead")) {
-        failed = run_dead(comm, n);
+        failed = run_dead(comm, ctl, n);
         CHECK(hcclCommAbort(ctl)); /* the victim was in ctl too */
         return failed;
     }

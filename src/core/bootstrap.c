@@ -21,7 +21,7 @@
 typedef hccl_bs_hello_t bs_hello_t;
 typedef hccl_bs_reply_t bs_reply_t;
 
-typedef struct {
+typedef struct bs_root {
     hccl_id_t id;
     int listen_fd;
     int expected;              /* communicator size, 0 until the first rank says */
@@ -34,7 +34,26 @@ typedef struct {
     hcclResult_t err;
     int64_t err_at_ms;         /* when err was set */
     char msg[HCCL_BS_MAX_MSG];
+    /* Under services_mtx: */
+    uint64_t service;          /* its number, for hccl_bootstrap_root_wait */
+    pthread_t thread;
+    bool ended;                /* root_main returns next: joining it does not wait */
+    struct bs_root *next;
 } bs_root_t;
+
+/*
+ * Every service thread is joinable, and the library joins each once it ended (at the next
+ * start, or when a caller waits for services), so that none outlives its work unseen. A
+ * service owns its bs_root_t until it ends; then whoever joins it frees it.
+ */
+static pthread_mutex_t services_mtx = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t services_cond = PTHREAD_COND_INITIALIZER;
+static pthread_once_t services_once = PTHREAD_ONCE_INIT;
+static bs_root_t *services;
+/* A forked child has none of its parent's service threads: it keeps their records here, never
+ * to join them. */
+static bs_root_t *services_orphaned;
+static uint64_t services_next = 1;
 
 void hccl_id_to_addr(const hccl_id_t *id, hccl_sockaddr_t *addr)
 {
@@ -280,17 +299,100 @@ static void *root_main(void *arg)
     close(rt->listen_fd);
     hccl_free(rt->fds);
     hccl_free(rt->hellos);
-    hccl_free(rt);
+    pthread_mutex_lock(&services_mtx);
+    rt->ended = true;
+    pthread_cond_broadcast(&services_cond);
+    pthread_mutex_unlock(&services_mtx);
     return NULL;
 }
 
-hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd,
-                                       pthread_t *thread_p)
+static void services_lock_for_fork(void)
 {
-    bs_root_t *rt = hccl_calloc(1, sizeof(*rt));
-    pthread_t th;
+    pthread_mutex_lock(&services_mtx);
+}
+
+static void services_unlock_after_fork(void)
+{
+    pthread_mutex_unlock(&services_mtx);
+}
+
+static void services_orphan_in_child(void)
+{
+    while (services) {
+        bs_root_t *rt = services;
+        services = rt->next;
+        rt->next = services_orphaned;
+        services_orphaned = rt;
+    }
+    pthread_mutex_unlock(&services_mtx);
+}
+
+static void services_init(void)
+{
+    pthread_atfork(services_lock_for_fork, services_unlock_after_fork, services_orphan_in_child);
+}
+
+/* Under services_mtx: joins and frees the services that ended. */
+static void services_reap(void)
+{
+    for (bs_root_t **pp = &services; *pp;) {
+        bs_root_t *rt = *pp;
+        if (!rt->ended) {
+            pp = &rt->next;
+            continue;
+        }
+        *pp = rt->next;
+        pthread_join(rt->thread, NULL);
+        hccl_free(rt);
+    }
+}
+
+void hccl_bootstrap_root_wait(uint64_t service)
+{
+    pthread_mutex_lock(&services_mtx);
+    for (;;) {
+        bs_root_t *rt = services;
+        while (rt && rt->service != service)
+            rt = rt->next;
+        if (!rt || rt->ended) /* not listed: already joined */
+            break;
+        pthread_cond_wait(&services_cond, &services_mtx);
+    }
+    services_reap();
+    pthread_mutex_unlock(&services_mtx);
+}
+
+bool hccl_bootstrap_quiesce(int64_t deadline_ms)
+{
+    bool running;
+
+    pthread_mutex_lock(&services_mtx);
+    for (;;) {
+        int64_t left = deadline_ms - hccl_now_ms();
+        struct timespec ts;
+
+        services_reap();
+        running = services != NULL;
+        if (!running || left <= 0)
+            break;
+        hccl_abs_deadline(&ts, left);
+        pthread_cond_timedwait(&services_cond, &services_mtx, &ts);
+    }
+    pthread_mutex_unlock(&services_mtx);
+    return !running;
+}
+
+hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd,
+                                       uint64_t *service_p)
+{
+    bs_root_t *rt;
     int rc;
 
+    pthread_once(&services_once, services_init);
+    pthread_mutex_lock(&services_mtx);
+    services_reap();
+    pthread_mutex_unlock(&services_mtx);
+    rt = hccl_calloc(1, sizeof(*rt));
     if (!rt)
         return HCCL_FAIL(hcclSystemError, "bootstrap: out of memory");
     rt->id = *id;
@@ -303,17 +405,23 @@ hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int time
         return hcclSystemError;
     }
     rt->max_claimed = nranks;
-    rc = pthread_create(&th, NULL, root_main, rt);
+    /* Listed before it runs, so that it is never joined unlisted; it cannot end before the
+     * lock is let go, since it marks its end under it. */
+    pthread_mutex_lock(&services_mtx);
+    rc = pthread_create(&rt->thread, NULL, root_main, rt);
     if (rc != 0) {
+        pthread_mutex_unlock(&services_mtx);
         hccl_free(rt->fds);
         hccl_free(rt->hellos);
         hccl_free(rt);
         return HCCL_FAIL(hcclSystemError, "bootstrap: pthread_create: %s", strerror(rc));
     }
-    if (thread_p)
-        *thread_p = th; /* the caller joins or detaches it */
-    else
-        pthread_detach(th);
+    rt->service = services_next++;
+    rt->next = services;
+    services = rt;
+    if (service_p)
+        *service_p = rt->service;
+    pthread_mutex_unlock(&services_mtx);
     *listen_fd = -1; /* the service owns it now */
     return hcclSuccess;
 }

@@ -28,9 +28,6 @@ static void coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResu
     pthread_mutex_unlock(&comm->mtx);
 }
 
-/* Point-to-point sequence numbers live apart from the collectives': only two ranks count them. */
-#define HCCL_P2P_SEQ_BIT (1ull << 63)
-
 uint32_t hccl_sig_make(int coll, int dtype, int op, int root, uint64_t count)
 {
     uint32_t h = 2166136261u;
@@ -63,15 +60,28 @@ void hccl_sig_describe(uint32_t sig, char *buf, size_t len)
         snprintf(buf + strlen(buf), len - strlen(buf), " [count hash %03x]", sig & 0xfff);
 }
 
-/* "allreduce seq 12" or "send #3 to rank 5". */
-static void coll_describe(const struct hcclRequest *req, char *buf, size_t len)
+void hccl_request_describe(const struct hcclRequest *req, bool detail, char *buf, size_t len)
 {
-    if (req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV)
-        snprintf(buf, len, "%s #%llu %s rank %d", hccl_coll_name(req->coll),
-                 (unsigned long long)(req->seq & ~HCCL_P2P_SEQ_BIT),
-                 req->coll == HCCL_COLL_SEND ? "to" : "from", req->root);
+    hccl_coll_t coll = (hccl_coll_t)req->coll;
+    bool p2p = coll == HCCL_COLL_SEND || coll == HCCL_COLL_RECV;
+    size_t o;
+
+    if (p2p)
+        snprintf(buf, len, "%s #%llu %s rank %d", hccl_coll_name(coll),
+                 (unsigned long long)(req->seq & ~HCCL_P2P_SEQ_BIT), coll == HCCL_COLL_SEND ? "to" : "from",
+                 req->root);
     else
-        snprintf(buf, len, "%s seq %llu", hccl_coll_name(req->coll), (unsigned long long)req->seq);
+        snprintf(buf, len, "%s seq %llu", hccl_coll_name(coll), (unsigned long long)req->seq);
+    if (!detail)
+        return;
+    o = strlen(buf);
+    o += (size_t)snprintf(buf + o, len - o, " (%zu x %s", req->count, hccl_dtype_name((hcclDataType_t)req->dtype));
+    if (o < len && (coll == HCCL_COLL_ALLREDUCE || coll == HCCL_COLL_REDUCE || coll == HCCL_COLL_REDUCESCATTER))
+        o += (size_t)snprintf(buf + o, len - o, ", %s", hccl_op_name((hcclRedOp_t)req->op));
+    if (o < len && (coll == HCCL_COLL_BROADCAST || coll == HCCL_COLL_REDUCE))
+        o += (size_t)snprintf(buf + o, len - o, ", root %d", req->root);
+    if (o < len)
+        snprintf(buf + o, len - o, ")");
 }
 
 static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg, void *arg)
@@ -87,7 +97,7 @@ static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg,
         coll_finish(comm, req, res, NULL);
         return;
     }
-    coll_describe(req, what, sizeof(what));
+    hccl_request_describe(req, false, what, sizeof(what));
     snprintf(text, sizeof(text), "%s (%zu x %s): %s", what, req->count, hccl_dtype_name(req->dtype),
              msg ? msg : "");
     coll_finish(comm, req, res, text);
@@ -113,7 +123,7 @@ static void coll_on_timeout(void *arg)
     }
     if (req->run)
         posted = hccl_exec_run_pending_peers(req->run, peers, sizeof(peers));
-    coll_describe(req, what, sizeof(what));
+    hccl_request_describe(req, false, what, sizeof(what));
     if (posted)
         waiting = "still waiting on ranks ";
     else if (peers[0])
@@ -186,7 +196,7 @@ static void coll_fail_posted(struct hcclComm *comm, struct hcclRequest *req, hcc
 {
     char msg[768], what[96];
 
-    coll_describe(req, what, sizeof(what));
+    hccl_request_describe(req, false, what, sizeof(what));
     snprintf(msg, sizeof(msg), "rank %d: %s could not start: %s", comm->rank, what, hccl_error_last());
     coll_finish(comm, req, res, msg);
     hccl_comm_fail(comm, res, msg);
@@ -253,9 +263,6 @@ typedef struct {
     uint64_t count;
     uint64_t seq;
 } coll_sig_t;
-
-/* Check messages live in their own tag space, beside the collective's own. */
-#define HCCL_CHECK_TAG_BIT 0x80000000u
 
 static void sig_describe(const coll_sig_t *g, char *buf, size_t len)
 {
@@ -363,7 +370,7 @@ static void coll_on_post(hccl_post_t *post)
     if (err != hcclSuccess) {
         char msg[512], text[768], what[96];
         hccl_comm_error_text(comm, msg, sizeof(msg));
-        coll_describe(req, what, sizeof(what));
+        hccl_request_describe(req, false, what, sizeof(what));
         snprintf(text, sizeof(text), "%s (%zu x %s) not started: the communicator had failed: %s",
                  what, req->count, hccl_dtype_name(req->dtype), msg);
         coll_finish(comm, req, err, text);

@@ -402,7 +402,7 @@ HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, con
     hccl_sockaddr_t addr;
     hccl_params_t p;
     hccl_id_t id;
-    pthread_t root;
+    uint64_t root;
     bool have_root = false;
     hcclResult_t res;
     int fd;
@@ -449,10 +449,8 @@ HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, con
         if (res != hcclSuccess) {
             char msg[1024];
             snprintf(msg, sizeof(msg), "%s", hccl_error_last());
-            pthread_join(root, NULL);
+            hccl_bootstrap_root_wait(root);
             hccl_error_put(msg);
-        } else {
-            pthread_detach(root);
         }
     }
     return res;
@@ -525,12 +523,7 @@ static void comm_wait_idle(struct hcclComm *comm)
             if (!drove && comm->outstanding > 0) {
                 /* Another thread runs the caller's loop: its completions signal us. */
                 struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 10 * 1000 * 1000;
-                if (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
+                hccl_abs_deadline(&ts, 10);
                 pthread_cond_timedwait(&comm->cond, &comm->mtx, &ts);
             }
         } else {

@@ -10,6 +10,10 @@
 
 #define HCCL_COMM_MAGIC 0x4d4d4f43u /* "COMM" */
 #define HCCL_COMM_DEAD 0x44414544u  /* "DEAD": destroyed, kept in quarantine (quarantine.h) */
+/* Point-to-point sequence numbers live apart from the collectives': only two ranks count them. */
+#define HCCL_P2P_SEQ_BIT (1ull << 63)
+/* HCCL_CHECK's signature exchange tags its transfers with this bit, beside the collective's own. */
+#define HCCL_CHECK_TAG_BIT 0x80000000u
 
 /* What the unique id carries: where the rendezvous listens, and its secret. */
 typedef struct {
@@ -30,11 +34,16 @@ typedef struct {
 } hccl_bootstrap_result_t;
 
 /*
- * Starts the rendezvous service (a thread) for nranks (0: taken from the first rank). thread_p
- * NULL: detached; else the caller must join or detach *thread_p.
+ * Starts the rendezvous service (a thread) for nranks (0: taken from the first rank); its
+ * number goes to *service_p if not NULL. The library joins every service's thread once it
+ * ended: at the next start, or in hccl_bootstrap_root_wait / hccl_bootstrap_quiesce.
  */
 hcclResult_t hccl_bootstrap_root_start(const hccl_id_t *id, int nranks, int timeout_ms, int *listen_fd,
-                                       pthread_t *thread_p);
+                                       uint64_t *service_p);
+/* Returns once service has ended (it ends by the connect timeout) and its thread is joined. */
+void hccl_bootstrap_root_wait(uint64_t service);
+/* Waits until no rendezvous service of this process runs, and joins them; false at deadline_ms. */
+bool hccl_bootstrap_quiesce(int64_t deadline_ms);
 /* Opens the listener of hcclGetUniqueId / rank 0 of hcclCommInitGroup at addr (port 0: any). */
 hcclResult_t hccl_bootstrap_root_listen(hccl_sockaddr_t *addr, int *fd_p);
 /* Joins: sends our card, receives everyone's, within the deadline. */
@@ -113,6 +122,8 @@ hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn);
 bool hccl_ranges_overlap(const void *a, size_t alen, const void *b, size_t blen);
 /* Queues req (filled in by the caller) on comm's reactor. */
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req);
+/* "allreduce seq 12" or "send #3 to rank 5"; detail adds " (1024 x float32, sum)" and the like. */
+void hccl_request_describe(const struct hcclRequest *req, bool detail, char *buf, size_t len);
 /* dump.c: the live communicators that HCCL_DUMP_ON_SIGNAL reports on (SIGUSR1). */
 void hccl_dump_register(struct hcclComm *comm);
 /* Before comm is freed; waits for a report in progress. */

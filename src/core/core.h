@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "hccl.h"
 
@@ -101,6 +102,8 @@ void hccl_alloc_fail_at(long n);
 
 /* Monotonic milliseconds. */
 int64_t hccl_now_ms(void);
+/* *ts = CLOCK_REALTIME now + ms: the absolute deadline pthread's timed waits take. */
+void hccl_abs_deadline(struct timespec *ts, int64_t ms);
 
 /* ---- collective signatures (coll.c) ---- */
 

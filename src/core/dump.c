@@ -21,10 +21,6 @@
 #define DUMP_LOCK_WAIT_MS 1000
 #define DUMP_MAX_STEPS 64     /* unfinished steps listed per request; the rest are counted */
 #define DUMP_MAX_PREDS 4      /* unfinished predecessors named per blocked step */
-/* coll.c numbers point-to-point calls apart from collectives, in the sequence's top bit. */
-#define DUMP_P2P_SEQ_BIT (1ull << 63)
-/* coll.c's HCCL_CHECK signature exchange tags its transfers with this bit. */
-#define DUMP_CHECK_TAG_BIT 0x80000000u
 
 static const char *const slot_names[HCCL_NUM_SLOTS] = {"send", "recv", "scratch"};
 
@@ -32,27 +28,6 @@ static void put_range(FILE *f, hccl_bref_t b, size_t bytes)
 {
     fprintf(f, "%s[%zu, %zu)", b.slot < HCCL_NUM_SLOTS ? slot_names[b.slot] : "?", b.off,
             b.off + bytes);
-}
-
-/* "allreduce seq 4 (1024 x float32, sum)" or "recv #2 from rank 3 (16 x int32)". */
-static void put_request(FILE *f, const struct hcclRequest *req)
-{
-    hccl_coll_t coll = (hccl_coll_t)req->coll;
-
-    if (coll == HCCL_COLL_SEND || coll == HCCL_COLL_RECV)
-        fprintf(f, "%s #%llu %s rank %d (%zu x %s)", hccl_coll_name(coll),
-                (unsigned long long)(req->seq & ~DUMP_P2P_SEQ_BIT),
-                coll == HCCL_COLL_SEND ? "to" : "from", req->root, req->count,
-                hccl_dtype_name((hcclDataType_t)req->dtype));
-    else
-        fprintf(f, "%s seq %llu (%zu x %s", hccl_coll_name(coll), (unsigned long long)req->seq,
-                req->count, hccl_dtype_name((hcclDataType_t)req->dtype));
-    if (coll == HCCL_COLL_ALLREDUCE || coll == HCCL_COLL_REDUCE || coll == HCCL_COLL_REDUCESCATTER)
-        fprintf(f, ", %s", hccl_op_name((hcclRedOp_t)req->op));
-    if (coll == HCCL_COLL_BROADCAST || coll == HCCL_COLL_REDUCE)
-        fprintf(f, ", root %d", req->root);
-    if (coll != HCCL_COLL_SEND && coll != HCCL_COLL_RECV)
-        fputc(')', f);
 }
 
 /* Names up to DUMP_MAX_PREDS predecessors of step that are not done. */
@@ -128,13 +103,14 @@ static void put_run(FILE *f, const struct hcclComm *comm, const hccl_run_t *run)
     uint32_t listed = 0, posted = 0, blocked = 0, more = 0;
     bool check = false;
     const char *why;
+    char what[160];
 
     (void)comm;
     for (uint32_t i = 0; i < p->nsteps && !check; i++)
         check = (p->steps[i].kind == HCCL_STEP_SEND || p->steps[i].kind == HCCL_STEP_RECV) &&
-                (p->steps[i].tag & DUMP_CHECK_TAG_BIT);
-    fputs("  request ", f);
-    put_request(f, req);
+                (p->steps[i].tag & HCCL_CHECK_TAG_BIT);
+    hccl_request_describe(req, true, what, sizeof(what));
+    fprintf(f, "  request %s", what);
     fprintf(f, ": algorithm %s%s, %u of %u steps not done", p->algo ? p->algo : "?",
             check ? " (HCCL_CHECK signature exchange before it)" : "",
             hccl_exec_run_remaining(run), p->nsteps);
@@ -209,10 +185,10 @@ static void dump_comm(struct hcclComm *comm, FILE *f)
             put_run(f, comm, run);
         for (const struct hcclRequest *q = comm->self_sends; q; q = q->next_self)
             fprintf(f, "  request send #%llu to rank %d (itself): waiting for its receive\n",
-                    (unsigned long long)(q->seq & ~DUMP_P2P_SEQ_BIT), comm->rank);
+                    (unsigned long long)(q->seq & ~HCCL_P2P_SEQ_BIT), comm->rank);
         for (const struct hcclRequest *q = comm->self_recvs; q; q = q->next_self)
             fprintf(f, "  request recv #%llu from rank %d (itself): waiting for its send\n",
-                    (unsigned long long)(q->seq & ~DUMP_P2P_SEQ_BIT), comm->rank);
+                    (unsigned long long)(q->seq & ~HCCL_P2P_SEQ_BIT), comm->rank);
         hccl_reactor_leave(comm->reactor);
         if (outstanding > runs)
             fprintf(f, "  %d request%s outstanding without a plan in flight (queued for the "

@@ -11,7 +11,6 @@
 
 /* Points of the communicator's life are matched by seq only for at=idle. */
 #define FAULT_NO_SEQ UINT64_MAX
-#define FAULT_P2P_SEQ_BIT (1ull << 63)
 
 static const char *const kind_names[] = {"kill", "close", "delay"};
 static const char *const point_names[] = {"step", "init", "idle", "destroy"};
@@ -206,9 +205,9 @@ static void fault_on_step(void *arg, uint64_t seq, uint32_t step)
         if ((f->kind == HCCL_FAULT_DELAY && f->seq < 0) ? f->fired_seq == seq : f->fired)
             continue;
         f->fired_seq = seq;
-        if (seq & FAULT_P2P_SEQ_BIT)
+        if (seq & HCCL_P2P_SEQ_BIT)
             snprintf(where, sizeof(where), "issuing step %u of point-to-point #%llu", step,
-                     (unsigned long long)(seq & ~FAULT_P2P_SEQ_BIT));
+                     (unsigned long long)(seq & ~HCCL_P2P_SEQ_BIT));
         else
             snprintf(where, sizeof(where), "issuing step %u of seq %llu", step, (unsigned long long)seq);
         fault_fire(comm, f, where);
@@ -227,7 +226,7 @@ void hccl_fault_point(struct hcclComm *comm, hccl_fault_point_t at, uint64_t seq
         if (f->at != at || f->fired)
             continue;
         if (at == HCCL_FAULT_AT_IDLE &&
-            (f->seq >= 0 ? seq == FAULT_NO_SEQ || (seq & FAULT_P2P_SEQ_BIT) || seq < (uint64_t)f->seq
+            (f->seq >= 0 ? seq == FAULT_NO_SEQ || (seq & HCCL_P2P_SEQ_BIT) || seq < (uint64_t)f->seq
                          : seq != FAULT_NO_SEQ))
             continue;
         if (at == HCCL_FAULT_AT_IDLE && seq != FAULT_NO_SEQ)

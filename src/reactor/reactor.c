@@ -91,13 +91,7 @@ bool hccl_reactor_enter_timed(hccl_reactor_t *r, int timeout_ms)
     struct timespec ts;
 
     /* The lock is recursive: a caller already inside the reactor's work gets it at once. */
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    hccl_abs_deadline(&ts, timeout_ms);
     return pthread_mutex_timedlock(&r->prog_mtx, &ts) == 0;
 }
 

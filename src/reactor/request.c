@@ -162,12 +162,7 @@ static void request_block(struct hcclRequest *req)
             pthread_cond_wait(&r->done_cond, &r->done_mtx);
             continue;
         }
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        hccl_abs_deadline(&ts, 10);
         pthread_cond_timedwait(&r->done_cond, &r->done_mtx, &ts);
     }
     pthread_mutex_unlock(&r->done_mtx);

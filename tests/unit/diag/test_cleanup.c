@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "core/comm.h"
 #include "links/shm/shm.h"
 #include "pair.h"
 
@@ -65,19 +66,16 @@ static usage_t usage_now(void)
 }
 
 /*
- * The rendezvous service is a detached thread that ends on its own right after it answered
- * the ranks, with nothing to wait on: the counts are looked at again until they match or
- * 10 s pass.
+ * The rendezvous service of hcclGetUniqueId is a thread that ends on its own right after it
+ * answered the ranks: the library joins it once it ended, which we wait for (bounded) before
+ * counting.
  */
 static void expect_usage(usage_t base, int cycle)
 {
-    struct timespec pause = {0, 2 * 1000 * 1000};
-    usage_t u = usage_now();
+    usage_t u;
 
-    for (int i = 0; i < 5000 && memcmp(&u, &base, sizeof(u)) != 0; i++) {
-        nanosleep(&pause, NULL);
-        u = usage_now();
-    }
+    assert_true(hccl_bootstrap_quiesce(hccl_now_ms() + 10000));
+    u = usage_now();
     printf("cycle %d: %d fds, %d threads, %d segments (before: %d, %d, %d)\n", cycle, u.fds,
            u.tasks, u.segments, base.fds, base.tasks, base.segments);
     assert_int_equal(u.fds, base.fds);

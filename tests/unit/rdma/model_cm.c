@@ -6,7 +6,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "core/core.h"
 #include "model_internal.h"
+
+/* Broadcast (under the model lock) whenever an event is queued on any channel. */
+static pthread_cond_t cm_queued_cond = PTHREAD_COND_INITIALIZER;
 
 static int next_port = 5000;
 
@@ -30,6 +34,7 @@ static void cm_queue(m_id_t *id, enum rdma_cm_event_type type, m_id_t *listen, c
     *tail = e;
     if (write(ch->ch.fd, &one, sizeof(one)) != sizeof(one))
         model_violate("eventfd write");
+    pthread_cond_broadcast(&cm_queued_cond);
 }
 
 struct rdma_event_channel *m_create_event_channel(void)
@@ -308,4 +313,23 @@ int model_cm_queued(struct rdma_event_channel *ch)
         n++;
     UNLOCK();
     return n;
+}
+
+bool model_cm_wait_queued(struct rdma_event_channel *ch, int n, int timeout_ms)
+{
+    struct timespec deadline;
+    bool reached;
+
+    hccl_abs_deadline(&deadline, timeout_ms);
+    LOCK();
+    for (;;) {
+        int queued = 0;
+        for (const m_ev_t *e = ((m_cmch_t *)ch)->head; e; e = e->next)
+            queued++;
+        reached = queued >= n;
+        if (reached || pthread_cond_timedwait(&cm_queued_cond, &model_mu, &deadline) != 0)
+            break;
+    }
+    UNLOCK();
+    return reached;
 }

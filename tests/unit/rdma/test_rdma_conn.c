@@ -289,8 +289,7 @@ static void test_duplicate_request(void **state)
     stray_connect(&s, 1, &ours);
     /* Rank 0's own request waits behind the stray's before rank 1 looks at either. */
     connect_start(0, &t[0]);
-    for (int i = 0; i < 100000 && model_cm_queued(ctx_of(1)->cm_ch) < 2; i++)
-        poll(NULL, 0, 1);
+    assert_true(model_cm_wait_queued(ctx_of(1)->cm_ch, 2, 100000));
     assert_int_equal(model_cm_queued(ctx_of(1)->cm_ch), 2);
     connect_start(1, &t[1]);
     for (int r = 0; r < 2; r++)

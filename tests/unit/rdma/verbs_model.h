@@ -62,6 +62,8 @@ const char *model_violation_text(void);
 void model_clear_violations(void);
 /* Events queued on an rdma_cm event channel and not taken yet. */
 int model_cm_queued(struct rdma_event_channel *ch);
+/* Waits until ch holds at least n events (true), or timeout_ms passed (false). */
+bool model_cm_wait_queued(struct rdma_event_channel *ch, int n, int timeout_ms);
 /* Every CQ is armed and empty: nothing can land unseen. */
 bool model_cqs_quiet(void);
 
