@@ -70,6 +70,7 @@ typedef struct shm_ctx {
     int uds_fd;                /* listener, closed once every peer is in */
     int bell_fd;               /* our doorbell */
     struct event *bell_ev;
+    struct event *more_ev;     /* zero timeout: the rings' budget ran out, continue next turn */
     shm_conn_t **conns;        /* [nranks], owned */
     int *active;               /* ranks with a connection */
     int nactive;

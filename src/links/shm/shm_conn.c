@@ -392,6 +392,9 @@ void hccl_shm_teardown(shm_ctx_t *ctx)
     if (ctx->bell_ev)
         event_free(ctx->bell_ev);
     ctx->bell_ev = NULL;
+    if (ctx->more_ev)
+        event_free(ctx->more_ev);
+    ctx->more_ev = NULL;
     if (ctx->bell_fd >= 0)
         close(ctx->bell_fd);
     if (ctx->uds_fd >= 0)

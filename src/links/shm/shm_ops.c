@@ -182,23 +182,39 @@ static void shm_progress_conn(shm_conn_t *sc, bool *more)
         shm_conn_fail(sc, res);
 }
 
-static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
+/* Every ring, up to its budget; what is left waits for the loop's next turn. */
+static void shm_progress_all(shm_ctx_t *ctx)
 {
-    shm_ctx_t *ctx = arg;
-    uint64_t v;
+    static const struct timeval now = {0, 0};
     bool more = false;
 
-    (void)what;
-    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        HCCL_WARN("shm: read(doorbell): %s", strerror(errno));
     hccl_reactor_enter(ctx->env->reactor);
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
         shm_progress_conn(sc, &more);
     }
-    if (more && ctx->bell_ev)
-        event_active(ctx->bell_ev, EV_READ, 0); /* budget used up: come back after the others */
+    /* A zero timeout, not event_active: libevent runs events activated during its callbacks in
+     * the same turn, before it looks at timers, so a long message would keep a caller's loop
+     * from its own timers until the message ends. */
+    if (more && ctx->more_ev)
+        evtimer_add(ctx->more_ev, &now);
     hccl_reactor_leave(ctx->env->reactor);
+}
+
+static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
+{
+    uint64_t v;
+
+    (void)what;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        HCCL_WARN("shm: read(doorbell): %s", strerror(errno));
+    shm_progress_all(arg);
+}
+
+static void shm_on_more(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    shm_progress_all(arg);
 }
 
 /* The reactor's poller: the rings that hold data, without reading the doorbell. */
@@ -318,7 +334,8 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
     shm_allow_single_copy();
     HCCL_CHECK(hccl_shm_connect_all(ctx, peers, npeers, deadline_ms));
     ctx->bell_ev = event_new(base, ctx->bell_fd, EV_READ | EV_PERSIST, shm_on_bell, ctx);
-    if (!ctx->bell_ev || event_add(ctx->bell_ev, NULL) != 0)
+    ctx->more_ev = evtimer_new(base, shm_on_more, ctx);
+    if (!ctx->bell_ev || !ctx->more_ev || event_add(ctx->bell_ev, NULL) != 0)
         return HCCL_FAIL(hcclSystemError, "shm: cannot register the doorbell");
     HCCL_CHECK(hccl_reactor_add_poller(env->reactor, &(hccl_poller_t){shm_poll, shm_set_polling, ctx}));
     for (int i = 0; i < npeers; i++) {
