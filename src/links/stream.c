@@ -234,6 +234,49 @@ static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xf
     return stream_queue_ctl(s, HCCL_FRAME_NACK, f->seq, f->tag);
 }
 
+/*
+ * A receive posted after its RTS: read it from the loop (hccl_stream_rx), where it counts against
+ * the receive budget, rather than inside the post, where a drive posting many receives would
+ * read them all in one go.
+ */
+static hcclResult_t stream_defer_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
+{
+    hccl_rndv_t *d;
+
+    if (!s->io->kick)
+        return stream_rndv(s, f, x);
+    d = hccl_calloc(1, sizeof(*d));
+    if (!d)
+        return stream_fail_xfer(s, x, HCCL_FAIL(hcclSystemError, "rank %d: out of memory", s->rank));
+    d->f = *f;
+    d->x = x;
+    if (s->rndv_tail)
+        s->rndv_tail->next = d;
+    else
+        s->rndv_head = d;
+    s->rndv_tail = d;
+    s->io->kick(s);
+    return hcclSuccess;
+}
+
+/* The deferred single-copy reads, while the budget lasts; returns the bytes read. */
+static hcclResult_t stream_run_rndv(hccl_stream_t *s, size_t max_bytes, size_t *total_p)
+{
+    while (s->rndv_head && !s->failed && *total_p < max_bytes) {
+        hccl_rndv_t *d = s->rndv_head;
+        s->rndv_head = d->next;
+        if (!s->rndv_head)
+            s->rndv_tail = NULL;
+        hccl_frame_t f = d->f;
+        hccl_xfer_t *x = d->x;
+        hccl_free(d);
+        s->rx_rndv_bytes = 0;
+        HCCL_CHECK(stream_rndv(s, &f, x));
+        *total_p += s->rx_rndv_bytes;
+    }
+    return hcclSuccess;
+}
+
 hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
 {
     hccl_unexp_t *prev = NULL;
@@ -257,7 +300,7 @@ hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
         }
         if (f.type == HCCL_FRAME_RTS) {
             hccl_free(u);
-            return stream_rndv(s, &f, x);
+            return stream_defer_rndv(s, &f, x);
         }
         if (x->len)
             memcpy(x->buf, u->data, x->len);
@@ -441,6 +484,10 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
 {
     size_t total = 0;
 
+    HCCL_CHECK(stream_run_rndv(s, max_bytes, &total));
+    if (s->rndv_head && !s->failed)
+        return hcclInProgress;
+
     /* A zero-length payload finishes without reading: do it even when the budget is spent. */
     while (!s->failed && (total < max_bytes || (s->rx_in_payload && s->rx_left == 0))) {
         ssize_t n;
@@ -498,6 +545,7 @@ static void fail_queue(hccl_stream_t *s, hccl_xfer_queue_t *q, hcclResult_t res)
 bool hccl_stream_closed_cleanly(const hccl_stream_t *s)
 {
     return s->peer_bye && !s->failed && !s->posted.head && !s->await_fin.head && !s->rx_xfer &&
+           !s->rndv_head &&
            !hccl_stream_tx_pending(s);
 }
 
@@ -536,6 +584,13 @@ void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res)
     fail_queue(s, &s->txq, res);
     fail_queue(s, &s->await_fin, res);
     fail_queue(s, &s->posted, res);
+    while (s->rndv_head) {
+        hccl_rndv_t *d = s->rndv_head;
+        s->rndv_head = d->next;
+        hccl_xfer_complete_later(s->reactor, d->x, res);
+        hccl_free(d);
+    }
+    s->rndv_tail = NULL;
     hccl_free(s->tx_ctl);
     s->tx_ctl = NULL;
     while (s->ctl_head) {

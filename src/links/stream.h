@@ -44,6 +44,11 @@ typedef struct hccl_stream_io {
     ssize_t (*writev)(hccl_stream_t *s, const struct iovec *iov, int iovcnt);
     /* Single-copy read of an RTS message into x (optional). hcclUnsupported: fall back. */
     hcclResult_t (*rndv_read)(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x);
+    /*
+     * Asks for a hccl_stream_rx call soon, from the loop (optional): a receive posted after its
+     * RTS arrived is then read there, within the receive budget, instead of inside the post.
+     */
+    void (*kick)(hccl_stream_t *s);
 } hccl_stream_io_t;
 
 typedef struct hccl_ctl {
@@ -53,6 +58,13 @@ typedef struct hccl_ctl {
 
 /* First allocation for a message that arrives before its receive; then it grows x8. */
 #define HCCL_STREAM_HOLD_FIRST (64u << 10)
+
+/* A receive whose RTS had arrived first: its single-copy read waits for hccl_stream_rx. */
+typedef struct hccl_rndv {
+    hccl_frame_t f;
+    hccl_xfer_t *x;
+    struct hccl_rndv *next;
+} hccl_rndv_t;
 
 typedef struct hccl_unexp {
     hccl_frame_t f;
@@ -96,6 +108,8 @@ struct hccl_stream {
     hccl_xfer_queue_t posted; /* receives without a message yet */
     hccl_unexp_t *unexp_head; /* messages without a receive yet, in arrival order */
     hccl_unexp_t *unexp_tail;
+    hccl_rndv_t *rndv_head;   /* reads to do at the next hccl_stream_rx, in posting order */
+    hccl_rndv_t *rndv_tail;
 };
 
 /*

@@ -148,10 +148,20 @@ static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hc
     return hcclSuccess;
 }
 
+static void shm_io_kick(hccl_stream_t *s)
+{
+    static const struct timeval now = {0, 0};
+    shm_conn_t *sc = s->transport;
+
+    if (sc->ctx->more_ev)
+        evtimer_add(sc->ctx->more_ev, &now);
+}
+
 const hccl_stream_io_t hccl_shm_io = {
     .read = shm_io_read,
     .writev = shm_io_writev,
     .rndv_read = shm_io_rndv_read,
+    .kick = shm_io_kick,
 };
 
 static void shm_conn_fail(shm_conn_t *sc, hcclResult_t res)
@@ -227,7 +237,8 @@ static bool shm_poll(void *arg)
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
         shm_ring_hdr_t *r = sc->rx_ring;
         uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-        if (!sc->stream.failed && atomic_load_explicit(&r->head, memory_order_acquire) != tail) {
+        if (!sc->stream.failed &&
+            (atomic_load_explicit(&r->head, memory_order_acquire) != tail || sc->stream.rndv_head)) {
             shm_progress_conn(sc, &more);
             /* Progress is what was consumed: a stalled ring must not keep the thread spinning. */
             moved |= atomic_load_explicit(&r->tail, memory_order_relaxed) != tail;
