@@ -34,6 +34,15 @@ void *hccl_realloc(void *p, size_t size)
     return alloc_should_fail() ? NULL : realloc(p, size);
 }
 
+void *hccl_aligned_alloc(size_t align, size_t size)
+{
+    void *p;
+
+    if (alloc_should_fail() || posix_memalign(&p, align, size) != 0)
+        return NULL;
+    return p;
+}
+
 void hccl_free(void *p)
 {
     free(p);

@@ -94,6 +94,8 @@ static inline bool hccl_is_failure(hcclResult_t res)
 void *hccl_calloc(size_t n, size_t size);
 void *hccl_malloc(size_t size);
 void *hccl_realloc(void *p, size_t size);
+/* align: a power of two, a multiple of sizeof(void *); freed with hccl_free. */
+void *hccl_aligned_alloc(size_t align, size_t size);
 void hccl_free(void *p);
 /* Tests: make the n-th allocation from now fail (0: never). */
 void hccl_alloc_fail_at(long n);

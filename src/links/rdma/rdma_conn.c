@@ -48,8 +48,8 @@ static hcclResult_t conn_alloc(rdma_ctx_t *ctx, int peer, rdma_conn_t **rc_p)
     snprintf(rc->peer_addr, sizeof(rc->peer_addr), "%s",
              hccl_socket_addr_str(&sa, text, sizeof(text)));
     *rc_p = rc; /* the caller's table owns it from here: destroy frees half-built ones */
-    rc->rx_buf = aligned_alloc(4096, RDMA_NRECV * rc->slot);
-    rc->tx_buf = aligned_alloc(4096, RDMA_NSEND * rc->slot);
+    rc->rx_buf = hccl_aligned_alloc(4096, RDMA_NRECV * rc->slot);
+    rc->tx_buf = hccl_aligned_alloc(4096, RDMA_NSEND * rc->slot);
     if (!rc->rx_buf || !rc->tx_buf)
         return HCCL_FAIL(hcclSystemError, "rdma: out of memory for staging to rank %d", peer);
     rc->rx_mr = ctx->v->reg_mr(ctx->pd, rc->rx_buf, RDMA_NRECV * rc->slot, IBV_ACCESS_LOCAL_WRITE);
@@ -82,8 +82,8 @@ void hccl_rdma_conn_destroy(rdma_conn_t *rc)
     hccl_rdma_zcopy_stop(rc, hcclSuccess); /* drops what is left, completing nothing */
     if (rc->id)
         v->destroy_id(rc->id);
-    free(rc->rx_buf);
-    free(rc->tx_buf);
+    hccl_free(rc->rx_buf);
+    hccl_free(rc->tx_buf);
     hccl_free(rc);
 }
 

@@ -203,17 +203,19 @@ static void test_alloc_failures(void **state)
     }
     hccl_reactor_destroy(ranks[0].r);
     assert_released();
-    /* A connection's state. */
-    assert_int_equal(rank_init(0), hcclSuccess);
-    assert_int_equal(rank_init(1), hcclSuccess);
-    hccl_alloc_fail_at(1);
-    res = ops->connect(ranks[0].ctx, &peer, 1, hccl_now_ms() + 1000, ranks[0].conns);
-    hccl_alloc_fail_at(0);
-    assert_int_equal(res, hcclSystemError);
-    assert_has(hccl_error_last(), "out of memory");
-    for (int r = 0; r < 2; r++) {
-        ops->fini(ranks[r].ctx);
-        hccl_reactor_destroy(ranks[r].r);
+    /* A connection's state, then its two staging buffers. */
+    for (long n = 1; n <= 3; n++) {
+        assert_int_equal(rank_init(0), hcclSuccess);
+        assert_int_equal(rank_init(1), hcclSuccess);
+        hccl_alloc_fail_at(n);
+        res = ops->connect(ranks[0].ctx, &peer, 1, hccl_now_ms() + 1000, ranks[0].conns);
+        hccl_alloc_fail_at(0);
+        assert_int_equal(res, hcclSystemError);
+        assert_has(hccl_error_last(), "out of memory");
+        for (int r = 0; r < 2; r++) {
+            ops->fini(ranks[r].ctx);
+            hccl_reactor_destroy(ranks[r].r);
+        }
     }
     hccl_rdma_shim = &hccl_rdma_shim_real;
     assert_released();
