@@ -110,7 +110,7 @@ static void stream_tx_frame_done(hccl_stream_t *s)
     s->tx_cur = NULL;
 }
 
-hcclResult_t hccl_stream_tx(hccl_stream_t *s)
+static hcclResult_t stream_tx_frames(hccl_stream_t *s, bool *moved)
 {
     while (!s->failed) {
         struct iovec iov[2];
@@ -141,14 +141,24 @@ hcclResult_t hccl_stream_tx(hccl_stream_t *s)
             return hcclRemoteError;
         if (w == 0)
             return hcclInProgress; /* the wire is full: the transport wakes us */
-        if (s->activity)
-            hccl_link_stamp(&s->activity->tx_ms);
+        *moved = true;
         size_t hdr_left = sizeof(s->tx_hdr) - s->tx_hdr_done;
         size_t used = (size_t)w < hdr_left ? (size_t)w : hdr_left;
         s->tx_hdr_done += used;
         s->tx_payload_done += (size_t)w - used;
     }
     return hcclRemoteError;
+}
+
+hcclResult_t hccl_stream_tx(hccl_stream_t *s)
+{
+    bool moved = false;
+    hcclResult_t res = stream_tx_frames(s, &moved);
+
+    /* Once per call, not per write: the clock is read off the per-frame path. */
+    if (moved && s->activity)
+        hccl_link_stamp(&s->activity->tx_ms);
+    return res;
 }
 
 hcclResult_t hccl_stream_post_send(hccl_stream_t *s, hccl_xfer_t *x)
@@ -480,11 +490,14 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
     return hcclSuccess;
 }
 
-hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
+static hcclResult_t stream_rx_budget(hccl_stream_t *s, size_t max_bytes, size_t *total_p)
 {
     size_t total = 0;
+    hcclResult_t res = stream_run_rndv(s, max_bytes, &total);
 
-    HCCL_CHECK(stream_run_rndv(s, max_bytes, &total));
+    *total_p = total;
+    if (res != hcclSuccess)
+        return res;
     if (s->rndv_head && !s->failed)
         return hcclInProgress;
 
@@ -509,8 +522,7 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
             s->rx_dst += n;
             s->rx_left -= (size_t)n;
             total += (size_t)n;
-            if (s->activity)
-                hccl_link_stamp(&s->activity->rx_ms);
+            *total_p = total;
             if (s->rx_left == 0)
                 HCCL_CHECK(stream_on_payload_done(s));
             continue;
@@ -520,8 +532,7 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
             return n < 0 ? hcclRemoteError : hcclSuccess;
         s->rx_hdr_got += (size_t)n;
         total += (size_t)n;
-        if (s->activity)
-            hccl_link_stamp(&s->activity->rx_ms);
+        *total_p = total;
         if (s->rx_hdr_got == sizeof(s->rx_hdr)) {
             s->rx_hdr_got = 0;
             s->rx_rndv_bytes = 0;
@@ -529,9 +540,21 @@ hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
             /* A single-copy read moves its whole message inside the header's handling: it
              * counts, or one call could read every offered message and hold the loop for ms. */
             total += s->rx_rndv_bytes;
+            *total_p = total;
         }
     }
     return s->failed ? s->fail_res : hcclInProgress;
+}
+
+hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes)
+{
+    size_t total = 0;
+    hcclResult_t res = stream_rx_budget(s, max_bytes, &total);
+
+    /* Once per call, not per read: the clock is read off the per-frame path. */
+    if (total && s->activity)
+        hccl_link_stamp(&s->activity->rx_ms);
+    return res;
 }
 
 static void fail_queue(hccl_stream_t *s, hccl_xfer_queue_t *q, hcclResult_t res)
