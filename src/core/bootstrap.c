@@ -476,8 +476,12 @@ hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, cons
     HCCL_CHECK_GOTO(hccl_bs_reply_check(&rep, rank, nranks), res, err_close);
     if (rep.status != hcclSuccess) {
         char msg[HCCL_BS_MAX_MSG + 1] = "";
-        hccl_socket_recv_all(fd, msg, rep.msg_len, deadline_ms);
-        msg[rep.msg_len] = '\0';
+        /* The verdict stands even when its text does not arrive: say that it is missing. */
+        if (hccl_socket_recv_all(fd, msg, rep.msg_len, deadline_ms) == hcclSuccess)
+            msg[rep.msg_len] = '\0'; /* msg_len <= HCCL_BS_MAX_MSG: hccl_bs_reply_check */
+        else
+            snprintf(msg, sizeof(msg), "the rendezvous failed the communicator (its reason did "
+                                       "not arrive)");
         res = HCCL_FAIL((hcclResult_t)rep.status, "rank %d: %s", rank, msg);
         goto err_close;
     }
