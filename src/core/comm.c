@@ -57,9 +57,40 @@ void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
             hccl_link_by_id(id)->abort(comm->link_ctx[id], res);
 }
 
+enum { FATAL_NONE, FATAL_QUEUED, FATAL_APPLIED };
+
+/* Applies a queued link failure once, from the post queue or from comm_free. */
+static void comm_apply_fatal(struct hcclComm *comm)
+{
+    if (atomic_exchange(&comm->fatal_state, FATAL_APPLIED) == FATAL_QUEUED)
+        hccl_comm_fail(comm, comm->fatal_res, comm->fatal_msg);
+}
+
+static void comm_on_fatal_post(hccl_post_t *post)
+{
+    comm_apply_fatal((struct hcclComm *)((char *)post - offsetof(struct hcclComm, fatal_post)));
+}
+
+/*
+ * A link failed. The failure goes behind the completions the link queued before it: a
+ * receive that the peer's last frames completed advances its collective first, so that a
+ * collective whose data all arrived before the peer went away still finishes.
+ */
 static void comm_on_link_fatal(void *arg, hcclResult_t res, const char *msg)
 {
-    hccl_comm_fail(arg, res, msg);
+    struct hcclComm *comm = arg;
+    int none = FATAL_NONE;
+
+    if (atomic_load(&comm->fatal_state) == FATAL_APPLIED) {
+        hccl_comm_fail(comm, res, msg); /* the first failure's message stays */
+        return;
+    }
+    if (!atomic_compare_exchange_strong(&comm->fatal_state, &none, FATAL_QUEUED))
+        return; /* one is queued already; it is the first cause */
+    comm->fatal_res = res;
+    snprintf(comm->fatal_msg, sizeof(comm->fatal_msg), "%s", msg ? msg : hcclGetErrorString(res));
+    comm->fatal_post.fn = comm_on_fatal_post;
+    hccl_reactor_post(comm->reactor, &comm->fatal_post);
 }
 
 /* graceful: every collective finished; tell the peers so that our going is not a failure. */
@@ -71,6 +102,7 @@ static void comm_free(struct hcclComm *comm, bool graceful)
         return;
     hccl_dump_unregister(comm);
     hccl_reactor_stop(comm->reactor);
+    comm_apply_fatal(comm); /* one still queued: before the links go, as it would have run */
     for (int id = 0; graceful && !comm->links_aborted && id < HCCL_LINK_MAX; id++)
         if (comm->link_ctx[id] && HCCL_LINK_HAS_OP(hccl_link_by_id(id), shutdown))
             hccl_link_by_id(id)->shutdown(comm->link_ctx[id], deadline);

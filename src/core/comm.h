@@ -103,6 +103,11 @@ struct hcclComm {
     _Atomic hcclResult_t async_error;
     char async_msg[512];             /* under mtx */
     bool links_aborted;
+    /* A link's fatal error, applied from the post queue (comm.c: comm_on_link_fatal). */
+    hccl_post_t fatal_post;
+    atomic_int fatal_state; /* HCCL_FATAL_* */
+    hcclResult_t fatal_res;
+    char fatal_msg[512];
     struct hccl_fault_set *faults;   /* owned; HCCL_FAULT for this rank, NULL: none (fault.h) */
     /* outstanding requests, for destroy */
     pthread_mutex_t mtx;

@@ -558,6 +558,9 @@ void hccl_timer_arm(hccl_timer_t *t, int64_t ms)
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
 
     t->cancelled = false;
+    /* Inside a callback libevent counts from the time its loop woke, which a long turn or a
+     * descheduled thread leaves far behind: the timer would fire early. */
+    event_base_update_cache_time(event_get_base(t->ev));
     evtimer_add(t->ev, &tv);
 }
 
