@@ -113,6 +113,8 @@ static void coll_on_timeout(void *arg)
 
     if (req->run && hccl_exec_run_finishing(req->run))
         return; /* it ended just now; its completion is queued */
+    if (hccl_comm_apply_queued_fatal(comm))
+        return; /* a link failed before the timer fired: that is the cause */
     if (!req->run && atomic_load(&comm->async_error) != hcclSuccess)
         return; /* the communicator failed first: that is the error it gets */
     if (req->run && hccl_exec_run_failed(req->run, &failed_msg)) {

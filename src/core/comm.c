@@ -33,17 +33,25 @@ void hccl_comm_error_text(struct hcclComm *comm, char *buf, size_t len)
     pthread_mutex_unlock(&comm->mtx);
 }
 
-void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
+/* Records the communicator's first failure; first (may be NULL) receives its text. */
+static void comm_record_failure(struct hcclComm *comm, hcclResult_t res, const char *msg,
+                                char *first, size_t len)
 {
-    char first[sizeof(comm->async_msg)];
-
     pthread_mutex_lock(&comm->mtx);
     if (atomic_load(&comm->async_error) == hcclSuccess) {
         snprintf(comm->async_msg, sizeof(comm->async_msg), "%s", msg ? msg : hcclGetErrorString(res));
         atomic_store(&comm->async_error, res);
     }
-    snprintf(first, sizeof(first), "%s", comm->async_msg);
+    if (first)
+        snprintf(first, len, "%s", comm->async_msg);
     pthread_mutex_unlock(&comm->mtx);
+}
+
+void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
+{
+    char first[sizeof(comm->async_msg)];
+
+    comm_record_failure(comm, res, msg, first, sizeof(first));
     /* Runs first, so that they carry this message rather than their links' echoes of it. */
     if (comm->exec)
         hccl_exec_fail_all(comm->exec, res, first);
@@ -57,35 +65,39 @@ void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
             hccl_link_by_id(id)->abort(comm->link_ctx[id], res);
 }
 
-enum { FATAL_NONE, FATAL_QUEUED, FATAL_APPLIED };
-
-/* Applies a queued link failure once, from the post queue or from comm_free. */
-static void comm_apply_fatal(struct hcclComm *comm)
+bool hccl_comm_apply_queued_fatal(struct hcclComm *comm)
 {
-    if (atomic_exchange(&comm->fatal_state, FATAL_APPLIED) == FATAL_QUEUED)
-        hccl_comm_fail(comm, comm->fatal_res, comm->fatal_msg);
+    int queued = HCCL_FATAL_QUEUED;
+
+    if (!atomic_compare_exchange_strong(&comm->fatal_state, &queued, HCCL_FATAL_APPLIED))
+        return false;
+    hccl_comm_fail(comm, comm->fatal_res, comm->fatal_msg);
+    return true;
 }
 
 static void comm_on_fatal_post(hccl_post_t *post)
 {
-    comm_apply_fatal((struct hcclComm *)((char *)post - offsetof(struct hcclComm, fatal_post)));
+    hccl_comm_apply_queued_fatal(
+        (struct hcclComm *)((char *)post - offsetof(struct hcclComm, fatal_post)));
 }
 
 /*
- * A link failed. The failure goes behind the completions the link queued before it: a
+ * A link failed. The communicator's error is set at once (hcclCommGetAsyncError, new calls),
+ * but failing what is in flight goes behind the completions the link queued before it: a
  * receive that the peer's last frames completed advances its collective first, so that a
  * collective whose data all arrived before the peer went away still finishes.
  */
 static void comm_on_link_fatal(void *arg, hcclResult_t res, const char *msg)
 {
     struct hcclComm *comm = arg;
-    int none = FATAL_NONE;
+    int none = HCCL_FATAL_NONE;
 
-    if (atomic_load(&comm->fatal_state) == FATAL_APPLIED) {
+    comm_record_failure(comm, res, msg, NULL, 0);
+    if (atomic_load(&comm->fatal_state) == HCCL_FATAL_APPLIED) {
         hccl_comm_fail(comm, res, msg); /* the first failure's message stays */
         return;
     }
-    if (!atomic_compare_exchange_strong(&comm->fatal_state, &none, FATAL_QUEUED))
+    if (!atomic_compare_exchange_strong(&comm->fatal_state, &none, HCCL_FATAL_QUEUED))
         return; /* one is queued already; it is the first cause */
     comm->fatal_res = res;
     snprintf(comm->fatal_msg, sizeof(comm->fatal_msg), "%s", msg ? msg : hcclGetErrorString(res));
@@ -102,7 +114,7 @@ static void comm_free(struct hcclComm *comm, bool graceful)
         return;
     hccl_dump_unregister(comm);
     hccl_reactor_stop(comm->reactor);
-    comm_apply_fatal(comm); /* one still queued: before the links go, as it would have run */
+    hccl_comm_apply_queued_fatal(comm); /* one still queued: before the links go, as it would have run */
     for (int id = 0; graceful && !comm->links_aborted && id < HCCL_LINK_MAX; id++)
         if (comm->link_ctx[id] && HCCL_LINK_HAS_OP(hccl_link_by_id(id), shutdown))
             hccl_link_by_id(id)->shutdown(comm->link_ctx[id], deadline);

@@ -117,6 +117,9 @@ struct hcclComm {
 
 /* Reactor thread: the communicator is broken; fail everything in flight and tell the peers. */
 void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg);
+enum { HCCL_FATAL_NONE, HCCL_FATAL_QUEUED, HCCL_FATAL_APPLIED };
+/* Reactor thread: applies a link failure still queued (true), or does nothing (false). */
+bool hccl_comm_apply_queued_fatal(struct hcclComm *comm);
 /* A copy of the text of the failure that broke comm ("" if none). */
 void hccl_comm_error_text(struct hcclComm *comm, char *buf, size_t len);
 /* Reactor thread: fails the sends and receives to ourselves still waiting for their match. */
