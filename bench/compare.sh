@@ -269,14 +269,17 @@ append_rows() { # LIB REP FILE DEST: the CSV rows of FILE (no header), prefixed
     grep -E '^[a-z]+,[0-9]+,' "$3" | sed "s/^/$1,$2,/" >>"$4" || true
 }
 
-# hccl only: 8 allreduces of 1 MiB in flight (-N 8) against one at a time.
+# hccl only: 8 allreduces of 1 MiB in flight (-N 8) against one at a time, both on one buffer
+# set (-N 1, which stays in cache) and on the same 8 buffer sets (-N 8 -z 1: 16 MiB per rank,
+# which does not). The inflight column is "1", "8" or "8seq".
 echo "lib,rep,inflight,collective,size,count,type,redop,root,placement,time_us,algbw,busbw,wrong,nranks,algo" \
     >"$out/inflight.csv"
 run_inflight() {
     local n=$1 r=$2 k f
-    for k in 1 8; do
+    for k in 1 8 8seq; do
         f=$out/logs/hccl-N${k}_n${n}_r${r}
-        launch hccl "$n" -C allreduce -b 1M -e 1M -T "$budget" -w "$warm" -c 0 -N "$k" -z 0 --csv >"$f.csv" 2>"$f.log" ||
+        launch hccl "$n" -C allreduce -b 1M -e 1M -T "$budget" -w "$warm" -c 0 -N "${k%seq}" \
+            -z "$([ "$k" = 8seq ] && echo 1 || echo 0)" --csv >"$f.csv" 2>"$f.log" ||
             return $?
         grep -E '^[a-z]+,[0-9]+,' "$f.csv" | sed "s/^/hccl,$r,$k,/" >>"$out/inflight.csv" || true
     done

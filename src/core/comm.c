@@ -250,6 +250,11 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
 
     card.rank = (uint32_t)rank;
     card.pid = (uint32_t)getpid();
+    {
+        int only_cpu;
+        (void)hccl_cpus_available(&only_cpu);
+        card.pinned_cpu = only_cpu >= 0 ? (uint32_t)only_cpu + 1 : 0;
+    }
     hccl_topo_host_id(&comm->params, card.host, sizeof(card.host));
     HCCL_CHECK_GOTO(comm_open_links(comm, &card), res, err_report);
     HCCL_CHECK_GOTO(hccl_bootstrap_join(id, rank, nranks, &card, cfg_text, deadline, &bs), res, err_free);
@@ -277,6 +282,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
         comm->node_of[r] = q;
     }
     hccl_tuner_set_topology(&comm->tuner, comm->node_of, nranks);
+    hccl_reactor_set_cores_shared(comm->reactor, hccl_topo_cores_shared(comm));
     {
         /* Only shm is polled: with a socket in the communicator, a waiter cannot drive it. */
         bool all_shm = true;

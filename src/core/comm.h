@@ -57,11 +57,15 @@ void hccl_id_from_addr(hccl_id_t *id, const hccl_sockaddr_t *addr);
 
 /* topo.c: our host identity (HCCL_HOST_ID, else hostname + boot id + network namespace). */
 void hccl_topo_host_id(const hccl_params_t *p, char *out, size_t len);
+/* The number of CPUs this process may run on; *only_cpu: that CPU if it is one, else -1. */
+int hccl_cpus_available(int *only_cpu);
 /* The link id used between rank and peer, or -1. */
 int hccl_topo_pick_link(const hccl_card_t *me, const hccl_card_t *peer);
 /* The slowest link class between any two ranks: what the tuner's model describes. */
 hccl_cost_class_t hccl_topo_cost_class(const hccl_card_t *cards, int nranks);
 struct hcclComm;
+/* Whether ranks of this host outnumber the CPUs they run on (from the cards' pinning). */
+bool hccl_topo_cores_shared(const struct hcclComm *comm);
 /* Logs the tuner's picks at INFO (rank 0) and writes HCCL_TOPO_DUMP as JSON. */
 void hccl_topo_report(const struct hcclComm *comm);
 /* The tuner's pick for coll at bytes on this communicator. */

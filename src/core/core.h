@@ -67,6 +67,18 @@ void hccl_error_put(const char *text);
 
 #define HCCL_FAIL(res_x, ...) hccl_error_set((res_x), __VA_ARGS__)
 
+/* A spin-wait hint: the core's sibling thread and the memory system get the pipeline. */
+static inline void hccl_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
 static inline bool hccl_is_failure(hcclResult_t res)
 {
     return res != hcclSuccess && res != hcclInProgress;

@@ -1,10 +1,47 @@
 /* Topology: which ranks share a host, and which link joins each pair. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/comm.h"
+
+int hccl_cpus_available(int *only_cpu)
+{
+    cpu_set_t set;
+    long n;
+
+    *only_cpu = -1;
+    /* The process's affinity mask is what a cpuset or a launcher's binding leaves it. */
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        int count = CPU_COUNT(&set);
+        for (int c = 0; count == 1 && c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set))
+                *only_cpu = c;
+        return count;
+    }
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+bool hccl_topo_cores_shared(const struct hcclComm *comm)
+{
+    const hccl_card_t *me = &comm->cards[comm->rank];
+    int local = 0, same_cpu = 0, only_cpu;
+    int cpus = hccl_cpus_available(&only_cpu);
+
+    for (int r = 0; r < comm->nranks; r++) {
+        if (comm->node_of[r] != comm->node_of[comm->rank])
+            continue;
+        local++;
+        same_cpu += me->pinned_cpu && comm->cards[r].pinned_cpu == me->pinned_cpu;
+    }
+    /* Pinned to one CPU: only ranks pinned to the same one compete with us for it. */
+    if (me->pinned_cpu)
+        return same_cpu > 1;
+    return local > cpus;
+}
 
 static void read_first_line(const char *path, char *out, size_t len)
 {

@@ -199,10 +199,14 @@ static void *reactor_thread_main(void *arg)
     return NULL;
 }
 
+/* How long a driving waiter polls without a system call before it yields between polls. */
+#define HELP_RELAX_NS 5000
+
 bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
 {
     const hccl_reactor_t *outer = tl_running;
     int64_t idle_since;
+    bool relax;
 
     if (!r->drivable || r->spin_ns <= 0 || pthread_mutex_trylock(&r->prog_mtx) != 0)
         return false;
@@ -215,14 +219,29 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
     atomic_store(&r->orphan, false);
     reactor_set_polling(r, true);
     idle_since = mono_ns();
-    for (unsigned round = 0; __atomic_load_n(state, __ATOMIC_ACQUIRE) != done; round++) {
+    relax = !r->cores_shared;
+    for (unsigned idle = 0; __atomic_load_n(state, __ATOMIC_ACQUIRE) != done;) {
         if (reactor_poll_once(r)) {
-            idle_since = mono_ns();
+            idle = 0;
+            relax = !r->cores_shared;
             continue;
         }
-        if ((round & 7) == 7 && mono_ns() - idle_since > r->wait_spin_ns)
-            break;
-        sched_yield();
+        /* The clock is read once per 8 idle rounds, not on every step that moves. */
+        if ((++idle & 7) == 0) {
+            int64_t now = mono_ns();
+            if (idle == 8)
+                idle_since = now;
+            else if (now - idle_since > r->wait_spin_ns)
+                break;
+            relax = relax && now - idle_since < HELP_RELAX_NS;
+        }
+        /* Where ranks share cores, yielding is what lets the rank we wait for run. Otherwise a
+         * short wait (a small message's answer) is caught without a system call; a longer one
+         * backs off, since polling the rings without pause slows the peer writing them. */
+        if (relax)
+            hccl_cpu_relax();
+        else
+            sched_yield();
     }
     /* A spinning progress thread still polls and clears the flags itself when it stops. With
      * nothing left in flight, the flags stay set for the caller's next call (see orphan). */
@@ -270,6 +289,7 @@ hcclResult_t hccl_reactor_create(struct event_base *external, int rank, hccl_rea
     r->wake_fd = -1;
     r->completion_fd = -1;
     r->rank = rank;
+    r->cores_shared = true;
     atomic_init(&r->refs, 1);
     pthread_mutex_init(&r->done_mtx, NULL);
     pthread_cond_init(&r->done_cond, NULL);
@@ -501,6 +521,11 @@ void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns)
     /* A thread blocked in a wait has nothing else to do: it drives for longer before it sleeps,
      * since a sleep hands the work to the progress thread and costs a wake-up to come back. */
     r->wait_spin_ns = 20 * r->spin_ns;
+}
+
+void hccl_reactor_set_cores_shared(hccl_reactor_t *r, bool shared)
+{
+    r->cores_shared = shared;
 }
 
 void hccl_reactor_set_drivable(hccl_reactor_t *r, bool drivable)

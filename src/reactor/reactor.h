@@ -72,6 +72,9 @@ void hccl_reactor_leave(hccl_reactor_t *r);
 bool hccl_reactor_enter_timed(hccl_reactor_t *r, int timeout_ms);
 /* The pollers reach every link: a thread that waits may run the reactor's work itself. */
 void hccl_reactor_set_drivable(hccl_reactor_t *r, bool drivable);
+/* More ranks on this host than cores to run them (the default): a driving waiter yields the
+ * core while it waits, instead of spinning on it. */
+void hccl_reactor_set_cores_shared(hccl_reactor_t *r, bool shared);
 /*
  * Called by a thread waiting for *state to become done: when the reactor is drivable and
  * free, runs its posts and pollers on this thread until that happens or spin_ns pass without

@@ -28,6 +28,7 @@ struct hccl_reactor {
      * wake-up costs far more than a small collective. */
     int64_t spin_ns;
     int64_t wait_spin_ns;          /* a driving waiter's bound: it has nothing else to do */
+    bool cores_shared;             /* more ranks on this host than cores: waiters yield */
     atomic_bool polling;           /* the progress thread is spinning: posters need not ring */
     atomic_int pending;            /* requests created and not yet complete */
     hccl_poller_t pollers[HCCL_REACTOR_MAX_POLLERS];

@@ -1,0 +1,84 @@
+/*
+ * Whether the ranks of a host outnumber its CPUs (hccl_topo_cores_shared), which decides if a
+ * waiting thread yields its core or polls without system calls: ranks pinned to one CPU each
+ * compete only with ranks pinned to the same CPU; unpinned ranks compete when there are more
+ * of them on the host than CPUs this process may use; ranks of other hosts never count.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/comm.h"
+
+#define MAX_RANKS 64
+
+typedef struct {
+    struct hcclComm comm;
+    hccl_card_t cards[MAX_RANKS];
+    int node_of[MAX_RANKS];
+} fake_t;
+
+/* n ranks, this one is rank; host[r] is rank r's host index, cpu[r] its pinned_cpu field. */
+static void fake_init(fake_t *f, int n, int rank, const int *host, const uint32_t *cpu)
+{
+    memset(f, 0, sizeof(*f));
+    f->comm.nranks = n;
+    f->comm.rank = rank;
+    f->comm.cards = f->cards;
+    f->comm.node_of = f->node_of;
+    for (int r = 0; r < n; r++) {
+        f->node_of[r] = host ? host[r] : 0;
+        f->cards[r].rank = (uint32_t)r;
+        f->cards[r].pinned_cpu = cpu ? cpu[r] : 0;
+    }
+}
+
+static void test_pinned(void **state)
+{
+    static const uint32_t distinct[4] = {1, 2, 3, 4}, doubled[4] = {1, 2, 1, 2};
+    fake_t f;
+
+    (void)state;
+    fake_init(&f, 4, 0, NULL, distinct);
+    assert_false(hccl_topo_cores_shared(&f.comm));
+    fake_init(&f, 4, 1, NULL, doubled); /* rank 3 is pinned to rank 1's CPU */
+    assert_true(hccl_topo_cores_shared(&f.comm));
+    /* The same CPU number on another host is another CPU. */
+    fake_init(&f, 4, 1, (const int[]){0, 0, 1, 1}, doubled);
+    assert_false(hccl_topo_cores_shared(&f.comm));
+}
+
+static void test_unpinned(void **state)
+{
+    int only_cpu, cpus = hccl_cpus_available(&only_cpu);
+    int hosts[MAX_RANKS];
+    fake_t f;
+
+    (void)state;
+    assert_true(cpus >= 1);
+    if (cpus + 1 > MAX_RANKS / 2)
+        skip(); /* a host with more CPUs than the fake holds */
+    fake_init(&f, cpus, 0, NULL, NULL);
+    assert_false(hccl_topo_cores_shared(&f.comm));
+    fake_init(&f, cpus + 1, 0, NULL, NULL);
+    assert_true(hccl_topo_cores_shared(&f.comm));
+    /* As many ranks again on a second host change nothing here. */
+    for (int r = 0; r < 2 * cpus; r++)
+        hosts[r] = r < cpus ? 0 : 1;
+    fake_init(&f, 2 * cpus, 0, hosts, NULL);
+    assert_false(hccl_topo_cores_shared(&f.comm));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pinned),
+        cmocka_unit_test(test_unpinned),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
