@@ -412,7 +412,7 @@ hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req)
     if (tl_blocking_call)
         hccl_reactor_post_then_help(comm->reactor, &req->post);
     else
-        hccl_reactor_post(comm->reactor, &req->post);
+        hccl_reactor_post_and_start(comm->reactor, &req->post);
     tl_blocking_call = false;
     return hcclSuccess;
 }

@@ -275,6 +275,41 @@ void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post)
         hccl_reactor_wake(r);
 }
 
+/* Nobody polls: the progress thread sleeps, or a waiter left the flags set (orphan). */
+static bool reactor_idle(hccl_reactor_t *r)
+{
+    return !atomic_load(&r->polling) || atomic_load(&r->orphan);
+}
+
+void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post)
+{
+    const hccl_reactor_t *outer = tl_running;
+
+    /*
+     * Nobody runs the reactor's work now: start it on this thread, so that its first sends go
+     * out at once instead of after the progress thread's wake-up. What it then waits for
+     * wakes the progress thread as any message does: the flags are cleared first.
+     */
+    if (outer != r && r->drivable && reactor_idle(r) && pthread_mutex_trylock(&r->prog_mtx) == 0) {
+        if (r->drivable && reactor_idle(r)) {
+            post_push(r, post);
+            tl_running = r;
+            if (atomic_load(&r->orphan)) {
+                /* Peers did not ring while the flags were set: one look at the rings too. */
+                atomic_store(&r->orphan, false);
+                reactor_stop_polling(r);
+            } else {
+                reactor_run_posts(r);
+            }
+            tl_running = outer;
+            pthread_mutex_unlock(&r->prog_mtx);
+            return;
+        }
+        pthread_mutex_unlock(&r->prog_mtx);
+    }
+    hccl_reactor_post(r, post);
+}
+
 hcclResult_t hccl_reactor_create(struct event_base *external, int rank, hccl_reactor_t **r_p)
 {
     hcclResult_t res;

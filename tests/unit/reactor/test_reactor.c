@@ -405,6 +405,63 @@ static void tm_destroy(void *arg)
     c->a = c->b = NULL;
 }
 
+/* hccl_reactor_post_and_start: inline on the caller when nobody runs the reactor, else queued. */
+typedef struct {
+    hccl_post_t post;
+    hccl_reactor_t *r;
+    pthread_t ran_on;
+    bool in_loop;
+    int order;       /* when it ran, counting from 1 */
+    int *clock;
+    hccl_post_t *nested; /* posted (and started) from inside this one */
+} ps_item_t;
+
+static void ps_run(hccl_post_t *post)
+{
+    ps_item_t *it = (ps_item_t *)post;
+
+    it->ran_on = pthread_self();
+    it->in_loop = hccl_reactor_in_loop(it->r);
+    it->order = ++*it->clock;
+    if (it->nested)
+        hccl_reactor_post_and_start(it->r, it->nested);
+}
+
+static void test_post_and_start(void **state)
+{
+    hccl_reactor_t *r = NULL;
+    int clock = 0;
+    ps_item_t a = {.post.fn = ps_run, .clock = &clock}, b = a, c = a;
+
+    (void)state;
+    /* No progress thread: whatever is not run inline stays queued until the reactor is driven. */
+    assert_int_equal(hccl_reactor_create(NULL, 0, &r), hcclSuccess);
+    a.r = b.r = c.r = r;
+    hccl_reactor_set_spin(r, 50000);
+
+    /* Not drivable (a link that cannot be polled): queued. */
+    hccl_reactor_set_drivable(r, false);
+    hccl_reactor_post_and_start(r, &a.post);
+    assert_int_equal(a.order, 0);
+    assert_true(hccl_reactor_drive(r, 0));
+    assert_int_equal(a.order, 1);
+
+    /* Drivable and idle: run at once on this thread, inside the reactor's work; one started
+     * from inside it is not run within it but queued (and the reactor woken for it). */
+    hccl_reactor_set_drivable(r, true);
+    b.nested = &c.post;
+    hccl_reactor_post_and_start(r, &b.post);
+    assert_int_equal(b.order, 2);
+    assert_true(pthread_equal(b.ran_on, pthread_self()));
+    assert_true(b.in_loop);
+    assert_false(hccl_reactor_in_loop(r));
+    assert_int_equal(c.order, 0);
+    assert_true(hccl_reactor_drive(r, 0));
+    assert_int_equal(c.order, 3);
+    assert_true(c.in_loop);
+    hccl_reactor_destroy(r);
+}
+
 static void test_timers(void **state)
 {
     tm_ctx_t c;
@@ -1442,6 +1499,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_post_queue_many_threads),
+        cmocka_unit_test(test_post_and_start),
         cmocka_unit_test(test_timers),
         cmocka_unit_test_setup_teardown(test_request_wait, req_setup, req_teardown),
         cmocka_unit_test_setup_teardown(test_request_test, req_setup, req_teardown),
