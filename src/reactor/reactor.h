@@ -83,7 +83,8 @@ void hccl_reactor_set_cores_shared(hccl_reactor_t *r, bool shared);
 bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done);
 /* Posts without waking the progress thread when the caller is about to help (a blocking call). */
 void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post);
-/* Posts, and runs the post queue on the calling thread when nobody else is running it. */
+/* Posts, and runs the post queue on the calling thread when nobody else is running it (and
+ * ranks do not share cores). */
 void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post);
 /* How long the progress thread and waiters spin without progress before they sleep (0: never). */
 void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns);

@@ -438,6 +438,7 @@ static void test_post_and_start(void **state)
     assert_int_equal(hccl_reactor_create(NULL, 0, &r), hcclSuccess);
     a.r = b.r = c.r = r;
     hccl_reactor_set_spin(r, 50000);
+    hccl_reactor_set_cores_shared(r, false);
 
     /* Not drivable (a link that cannot be polled): queued. */
     hccl_reactor_set_drivable(r, false);
