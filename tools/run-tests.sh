@@ -27,6 +27,10 @@ cmake --build build -j"$jobs"
 # Unit tests two at a time; the multi-process ones alone (RUN_SERIAL).
 ctest --test-dir build --output-on-failure -j"$jobs"
 
+# Release (-O3) warns about more than -O2 does, and is what bench/compare.sh builds: compile it.
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-release -j"$jobs"
+
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHCCL_ENABLE_SANITIZERS=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

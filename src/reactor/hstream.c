@@ -90,7 +90,7 @@ hcclResult_t hccl_hstream_push_locked(struct hcclStream *s, hccl_hstream_item_t 
 hcclResult_t hccl_hstream_push(hcclStream_t stream, hccl_hstream_item_t *it, bool work,
                                const char *fn)
 {
-    struct hcclStream *s;
+    struct hcclStream *s = NULL;
     hcclResult_t res;
 
     HCCL_CHECK(hccl_hstream_get(stream, fn, &s));
@@ -240,7 +240,7 @@ static void *stream_main(void *arg)
 
 HCCL_API hcclResult_t hcclStreamCreate(hcclStream_t *stream)
 {
-    struct hcclStream *s;
+    struct hcclStream *s = NULL;
     hcclResult_t res;
     int rc;
 
@@ -343,7 +343,7 @@ hcclResult_t hccl_hstream_enqueue_coll(hcclStream_t stream, const hccl_hstream_c
 
 HCCL_API hcclResult_t hcclStreamSynchronize(hcclStream_t stream)
 {
-    struct hcclStream *s;
+    struct hcclStream *s = NULL;
     hcclResult_t res;
     uint64_t target;
 

@@ -80,7 +80,7 @@ static hcclResult_t event_get(hcclEvent_t event, const char *fn, struct hcclEven
 /* The latest point of event with a reference, or NULL if it was never recorded. */
 static hcclResult_t event_point(hcclEvent_t event, const char *fn, hccl_hstream_point_t **pt_p)
 {
-    struct hcclEvent *e;
+    struct hcclEvent *e = NULL;
 
     HCCL_CHECK(event_get(event, fn, &e));
     pthread_mutex_lock(&e->mtx);
@@ -105,7 +105,7 @@ static hcclResult_t event_result(hccl_hstream_point_t *pt, const char *fn)
 
 HCCL_API hcclResult_t hcclEventCreate(hcclEvent_t *event)
 {
-    struct hcclEvent *e;
+    struct hcclEvent *e = NULL;
 
     if (!event)
         return HCCL_FAIL(hcclInvalidArgument, "hcclEventCreate: event is NULL");
@@ -137,8 +137,8 @@ HCCL_API hcclResult_t hcclEventDestroy(hcclEvent_t event)
 HCCL_API hcclResult_t hcclEventRecord(hcclEvent_t event, hcclStream_t stream)
 {
     static const char fn[] = "hcclEventRecord";
-    struct hcclStream *s;
-    struct hcclEvent *e;
+    struct hcclStream *s = NULL;
+    struct hcclEvent *e = NULL;
     hccl_hstream_point_t *pt, *old = NULL;
     hccl_hstream_item_t *it;
     hcclResult_t res;
@@ -229,7 +229,7 @@ HCCL_API hcclResult_t hcclStreamWaitEvent(hcclStream_t stream, hcclEvent_t event
     static const char fn[] = "hcclStreamWaitEvent";
     hccl_hstream_point_t *pt;
     hccl_hstream_item_t *it;
-    struct hcclStream *s;
+    struct hcclStream *s = NULL;
     hcclResult_t res;
 
     if (!stream)

@@ -41,17 +41,18 @@ static void *wait_main(void *p)
     return NULL;
 }
 
-static char *dump_to_string(hcclComm_t comm)
+/* The report as a string in *text (the caller's: the stream writes it until fclose). */
+static void dump_to_string(hcclComm_t comm, char **text)
 {
-    char *text = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
+    FILE *f;
 
+    *text = NULL;
+    f = open_memstream(text, &len);
     assert_non_null(f);
     assert_int_equal(hcclCommDumpState(comm, f), hcclSuccess);
     fclose(f);
-    printf("%s", text);
-    return text;
+    printf("%s", *text);
 }
 
 /* Checks rank 0's report of its AllReduce at seq 0, which waits on rank 1. */
@@ -123,7 +124,7 @@ static void run_dump_case(const char *link)
                      hcclSuccess);
     assert_true(pair_sync_reactor(comms[0], 0));
     assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0); /* blocked meanwhile */
-    text = dump_to_string(comms[0]);
+    dump_to_string(comms[0], &text);
     check_report(text, link);
     free(text);
     /* Rank 1 joins in: the waiter's AllReduce ends, right. */
@@ -132,7 +133,7 @@ static void run_dump_case(const char *link)
     assert_int_equal(w.res, hcclSuccess);
     assert_true(r0[0] == 3.0f && r0[COUNT - 1] == 3.0f && r1[7] == 3.0f);
     /* Its run is gone once hcclWait returned (the outstanding count follows a moment later). */
-    text = dump_to_string(comms[0]);
+    dump_to_string(comms[0], &text);
     assert_null(strstr(text, "request allreduce"));
     free(text);
     assert_int_equal(hcclCommDestroy(comms[0]), hcclSuccess);
@@ -164,7 +165,7 @@ static void test_dump_bad_args(void **state)
     assert_int_equal(hcclCommInitRank(&comm, 1, id, 0), hcclSuccess);
     assert_int_equal(hcclCommDumpState(comm, NULL), hcclInvalidArgument);
     assert_non_null(strstr(hcclGetLastError(NULL), "out is NULL"));
-    text = dump_to_string(comm);
+    dump_to_string(comm, &text);
     assert_non_null(strstr(text, "rank 0 of 1, 0 requests outstanding"));
     free(text);
     assert_int_equal(hcclCommDestroy(comm), hcclSuccess);
