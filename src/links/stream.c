@@ -295,12 +295,16 @@ hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
         hccl_xfer_complete_later(s->reactor, x, s->fail_res);
         return hcclSuccess;
     }
-    for (hccl_unexp_t *u = s->unexp_head; u; u = u->next)
-        if (u->f.seq == x->seq && sig_differs(u->f.sig, x->sig))
-            return stream_fail_xfer(s, x, stream_sig_mismatch(s, x->seq, u->f.sig, x->sig));
+    /* One pass, ending at the match: a sender that runs ahead (a Broadcast root) can leave
+     * thousands held, and the match is usually among the first. Every frame of a collective
+     * carries its signature, so the first of x's seq met tells a mismatch. */
     for (hccl_unexp_t *u = s->unexp_head; u; prev = u, u = u->next) {
         hccl_frame_t f = u->f;
-        if (f.seq != x->seq || f.tag != x->tag)
+        if (f.seq != x->seq)
+            continue;
+        if (sig_differs(f.sig, x->sig))
+            return stream_fail_xfer(s, x, stream_sig_mismatch(s, x->seq, f.sig, x->sig));
+        if (f.tag != x->tag)
             continue;
         unexp_remove(s, prev, u);
         if (stream_check_len(s, &f, x) != hcclSuccess) {
