@@ -65,11 +65,13 @@ void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
             hccl_link_by_id(id)->abort(comm->link_ctx[id], res);
 }
 
+enum { FATAL_NONE, FATAL_QUEUED, FATAL_APPLIED };
+
 bool hccl_comm_apply_queued_fatal(struct hcclComm *comm)
 {
-    int queued = HCCL_FATAL_QUEUED;
+    int queued = FATAL_QUEUED;
 
-    if (!atomic_compare_exchange_strong(&comm->fatal_state, &queued, HCCL_FATAL_APPLIED))
+    if (!atomic_compare_exchange_strong(&comm->fatal_state, &queued, FATAL_APPLIED))
         return false;
     hccl_comm_fail(comm, comm->fatal_res, comm->fatal_msg);
     return true;
@@ -90,19 +92,27 @@ static void comm_on_fatal_post(hccl_post_t *post)
 static void comm_on_link_fatal(void *arg, hcclResult_t res, const char *msg)
 {
     struct hcclComm *comm = arg;
-    int none = HCCL_FATAL_NONE;
+    bool queue = false;
 
     comm_record_failure(comm, res, msg, NULL, 0);
-    if (atomic_load(&comm->fatal_state) == HCCL_FATAL_APPLIED) {
+    if (atomic_load(&comm->fatal_state) == FATAL_APPLIED) {
         hccl_comm_fail(comm, res, msg); /* the first failure's message stays */
         return;
     }
-    if (!atomic_compare_exchange_strong(&comm->fatal_state, &none, HCCL_FATAL_QUEUED))
-        return; /* one is queued already; it is the first cause */
-    comm->fatal_res = res;
-    snprintf(comm->fatal_msg, sizeof(comm->fatal_msg), "%s", msg ? msg : hcclGetErrorString(res));
-    comm->fatal_post.fn = comm_on_fatal_post;
-    hccl_reactor_post(comm->reactor, &comm->fatal_post);
+    /* Under mtx the first cause is written before the state says it is queued: the reactor
+     * may apply it as soon as it reads QUEUED. */
+    pthread_mutex_lock(&comm->mtx);
+    if (atomic_load(&comm->fatal_state) == FATAL_NONE) {
+        comm->fatal_res = res;
+        snprintf(comm->fatal_msg, sizeof(comm->fatal_msg), "%s", msg ? msg : hcclGetErrorString(res));
+        atomic_store(&comm->fatal_state, FATAL_QUEUED);
+        queue = true;
+    }
+    pthread_mutex_unlock(&comm->mtx);
+    if (queue) {
+        comm->fatal_post.fn = comm_on_fatal_post;
+        hccl_reactor_post(comm->reactor, &comm->fatal_post);
+    }
 }
 
 /* graceful: every collective finished; tell the peers so that our going is not a failure. */

@@ -109,7 +109,7 @@ struct hcclComm {
     bool links_aborted;
     /* A link's fatal error, applied from the post queue (comm.c: comm_on_link_fatal). */
     hccl_post_t fatal_post;
-    atomic_int fatal_state; /* HCCL_FATAL_* */
+    atomic_int fatal_state; /* none, queued, applied (comm.c) */
     hcclResult_t fatal_res;
     char fatal_msg[512];
     struct hccl_fault_set *faults;   /* owned; HCCL_FAULT for this rank, NULL: none (fault.h) */
@@ -121,8 +121,8 @@ struct hcclComm {
 
 /* Reactor thread: the communicator is broken; fail everything in flight and tell the peers. */
 void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg);
-enum { HCCL_FATAL_NONE, HCCL_FATAL_QUEUED, HCCL_FATAL_APPLIED };
-/* Reactor thread: applies a link failure still queued (true), or does nothing (false). */
+/* Reactor thread (or with the reactor stopped): applies a link failure still queued (true),
+ * or does nothing (false). */
 bool hccl_comm_apply_queued_fatal(struct hcclComm *comm);
 /* A copy of the text of the failure that broke comm ("" if none). */
 void hccl_comm_error_text(struct hcclComm *comm, char *buf, size_t len);

@@ -218,7 +218,7 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
     tl_running = r; /* what it runs is the reactor's work: a blocking call from it is refused */
     atomic_store(&r->orphan, false);
     reactor_set_polling(r, true);
-    idle_since = mono_ns();
+    idle_since = 0; /* set after the first idle rounds */
     relax = !r->cores_shared;
     for (unsigned idle = 0; __atomic_load_n(state, __ATOMIC_ACQUIRE) != done;) {
         if (reactor_poll_once(r)) {
