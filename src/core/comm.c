@@ -276,6 +276,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     HCCL_CHECK_GOTO(comm_connect_links(comm, deadline), res, err_free);
 
     HCCL_CHECK_GOTO(hccl_exec_create(comm->reactor, rank, nranks, comm->conns, &comm->exec), res, err_free);
+    hccl_exec_set_recv_reduce(comm->exec, comm->params.recv_reduce);
     hccl_fault_enable_steps(comm);
     HCCL_CHECK_GOTO(hccl_plan_cache_create(HCCL_PLAN_CACHE_SIZE, &comm->plans), res, err_free);
     hccl_tuner_init(&comm->tuner, comm->params.algo, comm->params.buffsize);

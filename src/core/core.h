@@ -144,6 +144,8 @@ typedef struct hccl_params {
     char ifname[HCCL_NAME_STRLEN];   /* interface or prefix, "" = auto */
     int nsocks;                      /* TCP sockets per peer (1 today) */
     size_t cma_threshold;            /* shm: messages of at least this many bytes go single-copy */
+    size_t shm_pull_max;             /* shm: offers up to this are pulled through the ring */
+    bool recv_reduce;                /* a receive feeding a reduce reduces as it arrives */
     char host_id[HCCL_NAME_STRLEN];  /* HCCL_HOST_ID override of host identity, "" = detect */
     int check;                       /* HCCL_CHECK: compare every collective's signature first */
     int calibrate;                   /* HCCL_CALIBRATE: measure the tuner's constants at start */

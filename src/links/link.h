@@ -65,6 +65,13 @@ struct hccl_xfer {
     size_t len;             /* bytes */
     hccl_xfer_cb_t done;    /* runs once, on the reactor thread, never inside post_* */
     void *arg;
+    /*
+     * Receives only, optional (links with recv_consume): instead of writing buf, the link hands
+     * the payload to consume in order, in pieces of whole units (unit divides len), as it
+     * arrives, so that it is used (reduced) while in cache rather than stored and read again.
+     */
+    void (*consume)(hccl_xfer_t *x, size_t off, const void *data, size_t len);
+    size_t unit;
     /* link-private */
     hccl_xfer_t *next;
     size_t moved;           /* bytes moved when done (checked by the link tests) */
@@ -131,11 +138,20 @@ typedef struct hccl_link_ops {
      * the peer sees the connection end. Optional.
      */
     void (*close)(void *ctx, int peer);
+    /* Receives may carry a consume function (see hccl_xfer_t). */
+    bool recv_consume;
 } hccl_link_ops_t;
 
 #define HCCL_LINK_HAS_OP(ops_x, op_x)                                                    \
     ((ops_x)->size >= offsetof(hccl_link_ops_t, op_x) + sizeof((ops_x)->op_x) &&         \
      (ops_x)->op_x != NULL)
+
+/* Whether c's link takes receives with a consume function. */
+static inline bool hccl_conn_consumes(const hccl_conn_t *c)
+{
+    return c->ops->size >= offsetof(hccl_link_ops_t, recv_consume) + sizeof(bool) &&
+           c->ops->recv_consume;
+}
 
 /* The registry in preference order, filtered by HCCL_LINKS ("" = all). */
 const hccl_link_ops_t *hccl_link_by_id(int id);

@@ -70,7 +70,7 @@ static hcclResult_t stream_queue_ctl(hccl_stream_t *s, uint16_t type, uint64_t s
 
 bool hccl_stream_tx_pending(const hccl_stream_t *s)
 {
-    return !s->failed && (s->tx_cur || s->tx_ctl || s->ctl_head || s->txq.head);
+    return !s->failed && (s->tx_cur || s->tx_ctl || s->ctl_head || s->txq.head || s->pulled.head);
 }
 
 /* Picks the next frame to write: control frames first, they unblock the peer. */
@@ -83,8 +83,12 @@ static void stream_tx_next(hccl_stream_t *s)
             s->ctl_tail = NULL;
         s->tx_hdr = s->tx_ctl->f;
     } else {
-        hccl_xfer_t *x = hccl_xfer_queue_pop(&s->txq);
-        bool rndv = x->len >= s->rndv_threshold;
+        hccl_xfer_t *x = hccl_xfer_queue_pop(&s->pulled);
+        bool rndv = false;
+        if (!x) {
+            x = hccl_xfer_queue_pop(&s->txq);
+            rndv = x->len >= s->rndv_threshold;
+        }
         s->tx_cur = x;
         frame_fill(s, &s->tx_hdr, rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA, x->seq, x->tag, x->len,
                    rndv ? (uint64_t)(uintptr_t)x->buf : 0);
@@ -119,7 +123,7 @@ static hcclResult_t stream_tx_frames(hccl_stream_t *s, bool *moved)
         ssize_t w;
 
         if (!s->tx_cur && !s->tx_ctl) {
-            if (!s->ctl_head && !s->txq.head)
+            if (!s->ctl_head && !s->txq.head && !s->pulled.head)
                 return hcclSuccess;
             stream_tx_next(s);
         }
@@ -224,7 +228,14 @@ static hcclResult_t stream_check_len(hccl_stream_t *s, const hccl_frame_t *f, co
 /* Hands an RTS message to the transport's single-copy read; falls back to DATA on refusal. */
 static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
-    hcclResult_t res = s->io->rndv_read ? s->io->rndv_read(s, f, x) : hcclUnsupported;
+    hcclResult_t res;
+
+    if (x->len <= s->pull_max) {
+        /* Stays posted: its DATA comes next. */
+        hccl_xfer_queue_push(&s->posted, x);
+        return stream_queue_ctl(s, HCCL_FRAME_PULL, f->seq, f->tag);
+    }
+    res = s->io->rndv_read ? s->io->rndv_read(s, f, x) : hcclUnsupported;
 
     if (res == hcclSuccess) {
         x->moved = x->len;
@@ -253,7 +264,7 @@ static hcclResult_t stream_defer_rndv(hccl_stream_t *s, const hccl_frame_t *f, h
 {
     hccl_rndv_t *d;
 
-    if (!s->io->kick)
+    if (!s->io->kick || x->len <= s->pull_max)
         return stream_rndv(s, f, x);
     d = hccl_calloc(1, sizeof(*d));
     if (!d)
@@ -287,6 +298,33 @@ static hcclResult_t stream_run_rndv(hccl_stream_t *s, size_t max_bytes, size_t *
     return hcclSuccess;
 }
 
+/* A held message's payload, all in memory, to its receive. */
+static void stream_deliver(hccl_xfer_t *x, const char *data)
+{
+    if (!x->len)
+        return;
+    if (x->consume)
+        x->consume(x, 0, data, x->len);
+    else
+        memcpy(x->buf, data, x->len);
+}
+
+char *hccl_stream_bounce(hccl_stream_t *s)
+{
+    if (!s->bounce) {
+        s->bounce = hccl_malloc(HCCL_STREAM_BOUNCE);
+        if (!s->bounce)
+            HCCL_FAIL(hcclSystemError, "rank %d: out of memory for a receive buffer", s->rank);
+    }
+    return s->bounce;
+}
+
+void hccl_stream_fini(hccl_stream_t *s)
+{
+    hccl_free(s->bounce);
+    s->bounce = NULL;
+}
+
 hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
 {
     hccl_unexp_t *prev = NULL;
@@ -316,8 +354,7 @@ hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
             hccl_free(u);
             return stream_defer_rndv(s, &f, x);
         }
-        if (x->len)
-            memcpy(x->buf, u->data, x->len);
+        stream_deliver(x, u->data);
         hccl_free(u->data);
         hccl_free(u);
         x->moved = x->len;
@@ -407,6 +444,7 @@ const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_
         return f->len > HCCL_WIRE_MAX_LEN ? "length too large" : NULL;
     case HCCL_FRAME_FIN:
     case HCCL_FRAME_NACK:
+    case HCCL_FRAME_PULL:
     case HCCL_FRAME_BYE:
         return f->len != 0 || f->addr != 0 ? "control frame with a length" : NULL;
     default:
@@ -436,15 +474,21 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
         s->rx_xfer = x;
         s->rx_dst = x->buf;
         s->rx_left = x->len;
+        s->rx_carry = 0;
         s->rx_in_payload = true;
         return hcclSuccess;
     case HCCL_FRAME_BYE:
         return stream_on_bye(s);
     case HCCL_FRAME_FIN:
     case HCCL_FRAME_NACK:
+    case HCCL_FRAME_PULL:
         x = hccl_xfer_queue_take(&s->await_fin, f->seq, f->tag);
         if (!x)
             return stream_protocol_error(s, "acknowledges no offered message");
+        if (f->type == HCCL_FRAME_PULL) {
+            hccl_xfer_queue_push(&s->pulled, x);
+            return hccl_stream_tx(s);
+        }
         if (f->type == HCCL_FRAME_FIN) {
             x->moved = x->len;
             hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
@@ -477,8 +521,8 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
         s->rx_unexp = NULL;
         if (x) {
             hcclResult_t res = stream_check_len(s, &u->f, x);
-            if (res == hcclSuccess && x->len)
-                memcpy(x->buf, u->data, x->len);
+            if (res == hcclSuccess)
+                stream_deliver(x, u->data);
             x->moved = x->len;
             hccl_xfer_complete_later(s->reactor, x, res);
             hccl_free(u->data);
@@ -491,6 +535,55 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
             s->unexp_head = u;
         s->unexp_tail = u;
     }
+    return hcclSuccess;
+}
+
+/*
+ * The next payload bytes of a receive with a consume function, into *got_p (0: none yet). They
+ * are used where they lie when the transport allows it; else, and for a unit split at the end
+ * of what is readable in place (a ring's wrap), they go through the bounce buffer.
+ */
+static hcclResult_t stream_rx_consume(hccl_stream_t *s, size_t *got_p)
+{
+    hccl_xfer_t *x = s->rx_xfer;
+    size_t unit = x->unit && x->len % x->unit == 0 ? x->unit : 1, whole, want;
+    ssize_t n;
+
+    *got_p = 0;
+    if (s->io->peek && s->rx_carry == 0) {
+        const void *data;
+        n = s->io->peek(s, &data);
+        if (n < 0)
+            return hcclRemoteError;
+        if (n == 0)
+            return hcclSuccess;
+        whole = (size_t)n < s->rx_left ? (size_t)n : s->rx_left;
+        whole -= whole % unit;
+        if (whole > 0) {
+            x->consume(x, x->len - s->rx_left, data, whole);
+            s->io->advance(s, whole);
+            s->rx_left -= whole;
+            *got_p = whole;
+            return hcclSuccess;
+        }
+    }
+    if (!hccl_stream_bounce(s))
+        return hcclSystemError;
+    want = s->rx_left - s->rx_carry;
+    if (want > HCCL_STREAM_BOUNCE - s->rx_carry)
+        want = HCCL_STREAM_BOUNCE - s->rx_carry;
+    n = s->io->read(s, s->bounce + s->rx_carry, want);
+    if (n <= 0)
+        return n < 0 ? hcclRemoteError : hcclSuccess;
+    s->rx_carry += (size_t)n;
+    whole = s->rx_carry - s->rx_carry % unit;
+    if (whole > 0) {
+        x->consume(x, x->len - s->rx_left, s->bounce, whole);
+        s->rx_left -= whole;
+        s->rx_carry -= whole;
+        memmove(s->bounce, s->bounce + whole, s->rx_carry);
+    }
+    *got_p = (size_t)n;
     return hcclSuccess;
 }
 
@@ -512,6 +605,15 @@ static hcclResult_t stream_rx_budget(hccl_stream_t *s, size_t max_bytes, size_t 
         if (s->rx_in_payload) {
             if (s->rx_left == 0) {
                 HCCL_CHECK(stream_on_payload_done(s));
+                continue;
+            }
+            if (s->rx_xfer && s->rx_xfer->consume) {
+                size_t got = 0;
+                HCCL_CHECK(stream_rx_consume(s, &got));
+                if (got == 0)
+                    return hcclSuccess;
+                total += got;
+                *total_p = total;
                 continue;
             }
             size_t want = s->rx_left;
@@ -610,6 +712,7 @@ void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res)
     s->rx_xfer = NULL;
     fail_queue(s, &s->txq, res);
     fail_queue(s, &s->await_fin, res);
+    fail_queue(s, &s->pulled, res);
     fail_queue(s, &s->posted, res);
     while (s->rndv_head) {
         hccl_rndv_t *d = s->rndv_head;

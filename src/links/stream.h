@@ -22,6 +22,7 @@ enum {
     HCCL_FRAME_FIN = 3,  /* the receiver has read an RTS message */
     HCCL_FRAME_NACK = 4, /* the receiver cannot read it: send it as DATA */
     HCCL_FRAME_BYE = 5,  /* the sender destroyed its communicator: its EOF is expected */
+    HCCL_FRAME_PULL = 6, /* the receive of an RTS message is posted: send it as DATA */
 };
 
 typedef struct {
@@ -49,6 +50,13 @@ typedef struct hccl_stream_io {
      * RTS arrived is then read there, within the receive budget, instead of inside the post.
      */
     void (*kick)(hccl_stream_t *s);
+    /*
+     * Optional pair: the next received bytes where they lie (contiguous; > 0 bytes, 0 when none
+     * has arrived, < 0 on error, message recorded), then release of n of them. A receive with a
+     * consume function then uses them in place instead of copying them out first.
+     */
+    ssize_t (*peek)(hccl_stream_t *s, const void **data);
+    void (*advance)(hccl_stream_t *s, size_t n);
 } hccl_stream_io_t;
 
 typedef struct hccl_ctl {
@@ -58,6 +66,12 @@ typedef struct hccl_ctl {
 
 /* First allocation for a message that arrives before its receive; then it grows x8. */
 #define HCCL_STREAM_HOLD_FIRST (64u << 10)
+
+/*
+ * Where a receive with a consume function stages what it cannot use in place: sized to stay in
+ * a core's L2 cache next to the operands it is reduced with.
+ */
+#define HCCL_STREAM_BOUNCE (256u << 10)
 
 /* A receive whose RTS had arrived first: its single-copy read waits for hccl_stream_rx. */
 typedef struct hccl_rndv {
@@ -82,6 +96,12 @@ struct hccl_stream {
     int peer;
     uint64_t comm_id;         /* stamped on every frame and checked on arrival */
     size_t rndv_threshold;    /* sends of at least this go RTS; SIZE_MAX = never */
+    /*
+     * An RTS message of at most this many bytes whose receive is posted is pulled through the
+     * wire (PULL, then DATA) instead of read single-copy: the sender's copy into the wire runs
+     * on its own core, in parallel with the receiver's use of it. 0 = never.
+     */
+    size_t pull_max;
     bool failed;
     hcclResult_t fail_res;
     bool bye_sent;            /* we are closing gracefully */
@@ -95,7 +115,8 @@ struct hccl_stream {
     hccl_frame_t tx_hdr;
     size_t tx_hdr_done;
     size_t tx_payload_done;
-    hccl_xfer_queue_t await_fin; /* RTS sent, waiting for FIN/NACK */
+    hccl_xfer_queue_t await_fin; /* RTS sent, waiting for FIN/NACK/PULL */
+    hccl_xfer_queue_t pulled; /* RTS sent and pulled: their DATA goes out before new sends */
     /* receive */
     hccl_frame_t rx_hdr;
     size_t rx_hdr_got;
@@ -103,6 +124,8 @@ struct hccl_stream {
     char *rx_dst;
     size_t rx_left;
     hccl_xfer_t *rx_xfer;     /* the receive being filled, or NULL */
+    char *bounce;             /* owned, HCCL_STREAM_BOUNCE bytes once a consume receive needs it */
+    size_t rx_carry;          /* bytes of rx_xfer read into bounce and not consumed yet */
     size_t rx_rndv_bytes;     /* single-copy bytes read since last counted against the rx budget */
     hccl_unexp_t *rx_unexp;   /* the unexpected message being filled, or NULL */
     hccl_xfer_queue_t posted; /* receives without a message yet */
@@ -139,5 +162,9 @@ hcclResult_t hccl_stream_send_bye(hccl_stream_t *s);
 void hccl_stream_send_failure(hccl_stream_t *s, hcclResult_t res);
 /* Fails every transfer (completion deferred) and drops held messages. Idempotent. */
 void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res);
+/* Frees what the stream owns beyond its queues (call after hccl_stream_fail or a clean close). */
+void hccl_stream_fini(hccl_stream_t *s);
+/* The stream's bounce buffer (allocated on first use), or NULL (message recorded). */
+char *hccl_stream_bounce(hccl_stream_t *s);
 
 #endif /* HCCL_LINK_STREAM_H */

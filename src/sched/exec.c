@@ -20,6 +20,8 @@ struct hccl_exec {
     int inflight;
     hccl_run_t *pool;         /* finished runs kept for reuse, linked by next */
     int npool;
+    bool recv_reduce;         /* see hccl_exec_set_recv_reduce */
+    uint64_t nfused;          /* receives handed over with a consume function */
     hccl_exec_step_hook_t step_hook; /* NULL unless faults are injected */
     void *step_hook_arg;
 };
@@ -70,6 +72,7 @@ hcclResult_t hccl_exec_create(hccl_reactor_t *r, int rank, int nranks, hccl_conn
     ex->rank = rank;
     ex->nranks = nranks;
     ex->conns = conns;
+    ex->recv_reduce = true;
     *ex_p = ex;
     return hcclSuccess;
 }
@@ -93,6 +96,16 @@ void hccl_exec_destroy(hccl_exec_t *ex)
         run_release_memory(run);
     }
     hccl_free(ex);
+}
+
+void hccl_exec_set_recv_reduce(hccl_exec_t *ex, bool on)
+{
+    ex->recv_reduce = on;
+}
+
+uint64_t hccl_exec_fused_recvs(const hccl_exec_t *ex)
+{
+    return ex->nfused;
 }
 
 void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *arg)
@@ -239,6 +252,56 @@ static void *run_ptr(const hccl_run_t *run, hccl_bref_t b)
 static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res);
 static void run_drive(hccl_run_t *run);
 
+static bool bref_overlap(hccl_bref_t a, hccl_bref_t b, size_t bytes)
+{
+    return a.slot == b.slot && a.off < b.off + bytes && b.off < a.off + bytes;
+}
+
+static bool bref_eq(hccl_bref_t a, hccl_bref_t b)
+{
+    return a.slot == b.slot && a.off == b.off;
+}
+
+/*
+ * The reduce that receive step s can do as its payload arrives, or UINT32_MAX: s is its only
+ * predecessor left (so what it reads and writes is final) and it is s's only successor (so
+ * nothing else reads what s would have stored), and one of its operands is exactly what s
+ * receives while the other does not touch it.
+ */
+static uint32_t run_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s,
+                                   const hccl_conn_t *c)
+{
+    const hccl_plan_t *p = run->plan;
+    const hccl_step_t *r;
+    uint32_t rid;
+
+    if (!run->ex->recv_reduce || s->kind != HCCL_STEP_RECV || s->nsucc != 1 || s->bytes == 0 ||
+        !hccl_conn_consumes(c))
+        return UINT32_MAX;
+    rid = p->succ[s->succ_first];
+    r = &p->steps[rid];
+    if (r->kind != HCCL_STEP_REDUCE || run->left[rid] != 1 || r->bytes != s->bytes)
+        return UINT32_MAX;
+    if (bref_eq(r->src2, s->dst) && !bref_overlap(r->src, s->dst, s->bytes))
+        return rid;
+    if (bref_eq(r->src, s->dst) && !bref_overlap(r->src2, s->dst, s->bytes))
+        return rid;
+    return UINT32_MAX;
+}
+
+/* A fused receive's payload, piece by piece: its reduce's dst = the other operand op data. */
+static void run_consume(hccl_xfer_t *x, size_t off, const void *data, size_t len)
+{
+    hccl_run_t *run = x->arg;
+    const hccl_plan_t *p = run->plan;
+    const hccl_step_t *s = &p->steps[x - run->xfers];
+    const hccl_step_t *r = &p->steps[p->succ[s->succ_first]];
+    hccl_bref_t other = bref_eq(r->src, s->dst) ? r->src2 : r->src;
+
+    hccl_reduce((char *)run_ptr(run, r->dst) + off, (const char *)run_ptr(run, other) + off, data,
+                len / x->unit, p->dtype, p->op);
+}
+
 static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step_t *s)
 {
     hccl_exec_t *ex = run->ex;
@@ -259,6 +322,16 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
     x->done = run_on_xfer_done;
     x->arg = run;
     x->res = hcclInProgress;
+    if (!is_send) {
+        uint32_t rid = run_fusable_reduce(run, s, c);
+        if (rid != UINT32_MAX) {
+            x->consume = run_consume;
+            x->unit = hccl_dtype_size(run->plan->dtype);
+            /* Marks the reduce: its work is done by the time it is issued. */
+            run->xfers[rid].consume = run_consume;
+            ex->nfused++;
+        }
+    }
     run->posted++;
     res = is_send ? c->ops->post_send(c, x) : c->ops->post_recv(c, x);
     if (hccl_is_failure(res)) {
@@ -298,8 +371,9 @@ static void run_issue(hccl_run_t *run, uint32_t id)
     }
     case HCCL_STEP_REDUCE: {
         void *dst = run_ptr(run, s->dst);
-        hccl_reduce(dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz, p->dtype,
-                    p->op);
+        if (!run->xfers[id].consume) /* else its receive reduced the payload as it came */
+            hccl_reduce(dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz, p->dtype,
+                        p->op);
         if ((s->flags & HCCL_STEP_FINAL_DIV) && p->op == hcclAvg)
             hccl_reduce_div(dst, s->bytes / esz, p->dtype, p->nranks);
         break;

@@ -84,6 +84,7 @@ void hccl_rdma_conn_destroy(rdma_conn_t *rc)
         v->destroy_id(rc->id);
     hccl_free(rc->rx_buf);
     hccl_free(rc->tx_buf);
+    hccl_stream_fini(&rc->stream);
     hccl_free(rc);
 }
 

@@ -49,6 +49,39 @@ static ssize_t shm_ring_corrupt(hccl_stream_t *s, const char *which, uint64_t he
     return -1;
 }
 
+/* The consumer has taken n bytes: the producer may reuse them. */
+static void shm_ring_release(shm_conn_t *sc, shm_ring_hdr_t *r, uint64_t tail, size_t n)
+{
+    atomic_store_explicit(&r->tail, tail + n, memory_order_seq_cst);
+    /* Pairs with the producer's flag-then-recheck: one of us sees the other. */
+    if (atomic_load_explicit(&r->producer_waiting, memory_order_seq_cst) &&
+        atomic_exchange(&r->producer_waiting, 0))
+        ring_bell(sc->peer_bell);
+}
+
+static ssize_t shm_io_peek(hccl_stream_t *s, const void **data)
+{
+    shm_conn_t *sc = s->transport;
+    shm_ring_hdr_t *r = sc->rx_ring;
+    size_t size = sc->ctx->ring_bytes;
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    size_t avail, at = (size_t)(tail % size);
+
+    if (!hccl_shm_ring_used(head, tail, size, &avail))
+        return shm_ring_corrupt(s, "receive", head, tail);
+    *data = ring_data(r) + at;
+    return (ssize_t)(avail < size - at ? avail : size - at);
+}
+
+static void shm_io_advance(hccl_stream_t *s, size_t n)
+{
+    shm_conn_t *sc = s->transport;
+    shm_ring_hdr_t *r = sc->rx_ring;
+
+    shm_ring_release(sc, r, atomic_load_explicit(&r->tail, memory_order_relaxed), n);
+}
+
 static ssize_t shm_io_read(hccl_stream_t *s, void *buf, size_t len)
 {
     shm_conn_t *sc = s->transport;
@@ -66,11 +99,7 @@ static ssize_t shm_io_read(hccl_stream_t *s, void *buf, size_t len)
         return 0;
     memcpy(buf, ring_data(r) + at, first);
     memcpy((char *)buf + first, ring_data(r), n - first);
-    atomic_store_explicit(&r->tail, tail + n, memory_order_seq_cst);
-    /* Pairs with the producer's flag-then-recheck: one of us sees the other. */
-    if (atomic_load_explicit(&r->producer_waiting, memory_order_seq_cst) &&
-        atomic_exchange(&r->producer_waiting, 0))
-        ring_bell(sc->peer_bell);
+    shm_ring_release(sc, r, tail, n);
     return (ssize_t)n;
 }
 
@@ -118,14 +147,24 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
 static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
     shm_conn_t *sc = s->transport;
-    size_t done = 0;
+    size_t done = 0, unit = x->unit && x->len % x->unit == 0 ? x->unit : 1;
+    /* A receive that consumes reads cache-sized pieces into the bounce and uses each at once. */
+    char *bounce = x->consume ? hccl_stream_bounce(s) : NULL;
+    size_t piece = x->consume ? HCCL_STREAM_BOUNCE - HCCL_STREAM_BOUNCE % unit : SHM_CMA_PIECE;
 
+    if (x->consume && !bounce)
+        return hcclSystemError;
     while (done < x->len) {
-        size_t n = x->len - done < SHM_CMA_PIECE ? x->len - done : SHM_CMA_PIECE;
-        struct iovec local = {(char *)x->buf + done, n};
+        size_t n = x->len - done < piece ? x->len - done : piece;
+        struct iovec local = {bounce ? bounce : (char *)x->buf + done, n};
         struct iovec remote = {(void *)(uintptr_t)(f->addr + done), n};
         ssize_t got = process_vm_readv(sc->pid, &local, 1, &remote, 1, 0);
-        if (got > 0) {
+        if (got > 0 && bounce && (size_t)got % unit == 0) {
+            x->consume(x, done, bounce, (size_t)got);
+            done += (size_t)got;
+            continue;
+        }
+        if (got > 0 && !bounce) {
             done += (size_t)got;
             continue;
         }
@@ -162,6 +201,8 @@ const hccl_stream_io_t hccl_shm_io = {
     .writev = shm_io_writev,
     .rndv_read = shm_io_rndv_read,
     .kick = shm_io_kick,
+    .peek = shm_io_peek,
+    .advance = shm_io_advance,
 };
 
 static void shm_conn_fail(shm_conn_t *sc, hcclResult_t res)
@@ -357,6 +398,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
         hccl_stream_init(&sc->stream, &hccl_shm_io, env->reactor, sc, env->rank, peers[i],
                          env->params->cma_threshold);
         sc->stream.comm_id = env->comm_id;
+        sc->stream.pull_max = env->params->shm_pull_max;
         sc->stream.activity = &sc->conn.activity;
         sc->live_ev = event_new(base, sc->out_fd, EV_READ | EV_PERSIST, shm_on_peer_gone, sc);
         if (!sc->live_ev || event_add(sc->live_ev, NULL) != 0)
@@ -462,4 +504,5 @@ const hccl_link_ops_t hccl_link_shm_ops = {
     .shutdown = shm_shutdown,
     .fini = shm_fini,
     .close = shm_close_peer,
+    .recv_consume = true,
 };

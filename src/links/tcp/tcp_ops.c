@@ -298,6 +298,7 @@ static void tcp_fini(void *vctx)
             continue;
         hccl_stream_fail(&tc->stream, hcclAborted);
         hccl_tcp_conn_close(tc);
+        hccl_stream_fini(&tc->stream);
         hccl_free(tc);
     }
     if (ctx->listen_fd >= 0)
@@ -319,4 +320,5 @@ const hccl_link_ops_t hccl_link_tcp_ops = {
     .shutdown = tcp_shutdown,
     .fini = tcp_fini,
     .close = tcp_close_peer,
+    .recv_consume = true,
 };

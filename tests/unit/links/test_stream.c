@@ -34,6 +34,9 @@ typedef struct {
     size_t wbudget;     /* bytes writev may still write (SIZE_MAX: unlimited) */
     size_t rx_budget;   /* max_bytes per hccl_stream_rx */
     int rndv;           /* rndv_read: 0 copies from the sender's memory, 1 refuses */
+    int rndv_reads;     /* single-copy reads done */
+    size_t peek_max;    /* peek shows at most this many bytes (odd: units split at its edge) */
+    char peeked[64];    /* what peek last showed, still in the socket */
     bool closed;        /* the caller stopped driving this end */
     bool graceful;      /* rx failed after the peer's BYE: taken as a clean close */
     hcclResult_t err;   /* first failure seen by the pump */
@@ -56,6 +59,11 @@ struct world {
     int nxf;
     void *bufs[POOL];
     int nbufs;
+    /* what consume_copy was handed */
+    char *cbuf;
+    size_t cnext;       /* the offset the next piece must start at */
+    int cpieces;
+    bool cbad;          /* a piece out of order or not of whole units */
 };
 
 static ssize_t io_read(hccl_stream_t *s, void *buf, size_t len)
@@ -108,14 +116,45 @@ static hcclResult_t io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_x
 
     if (e->rndv)
         return hcclUnsupported;
-    if (x->len)
+    e->rndv_reads++;
+    if (x->len && x->consume)
+        x->consume(x, 0, (const void *)(uintptr_t)f->addr, x->len);
+    else if (x->len)
         memcpy(x->buf, (const void *)(uintptr_t)f->addr, x->len);
     return hcclSuccess;
+}
+
+/* In place, as a ring would show it: a copy of what MSG_PEEK sees, released by advance. */
+static ssize_t io_peek(hccl_stream_t *s, const void **data)
+{
+    ep_t *e = s->transport;
+    size_t max = e->peek_max < sizeof(e->peeked) ? e->peek_max : sizeof(e->peeked);
+    ssize_t n = recv(e->fd, e->peeked, max, MSG_PEEK | MSG_DONTWAIT);
+
+    if (n > 0) {
+        *data = e->peeked;
+        return n;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    hccl_error_set_quiet(hcclRemoteError, "test: rank %d: peek: EOF", s->rank);
+    return -1;
+}
+
+static void io_advance(hccl_stream_t *s, size_t n)
+{
+    ep_t *e = s->transport;
+    char sink[64];
+
+    assert_true(n <= sizeof(sink));
+    assert_int_equal(recv(e->fd, sink, n, MSG_DONTWAIT), (ssize_t)n);
 }
 
 static const hccl_stream_io_t io_plain = {.read = io_read, .writev = io_writev};
 static const hccl_stream_io_t io_rndv = {.read = io_read, .writev = io_writev,
                                          .rndv_read = io_rndv_read};
+static const hccl_stream_io_t io_peekable = {.read = io_read, .writev = io_writev,
+                                             .peek = io_peek, .advance = io_advance};
 
 static world_t *world_new(const hccl_stream_io_t *io, size_t rndv_threshold)
 {
@@ -741,6 +780,135 @@ static void test_rndv(void **state)
     }
 }
 
+/* A receive posted before its RTS, or after it, is pulled (PULL, then DATA) up to pull_max. */
+static void test_rndv_pull(void **state)
+{
+    const size_t len = 100000, big = 200000;
+    world_t *w = world_new(&io_rndv, 4096);
+    char *sb = wbuf(w, len), *rb = wbuf(w, len), *sb2 = wbuf(w, len), *rb2 = wbuf(w, len);
+    char *sb3 = wbuf(w, big), *rb3 = wbuf(w, big);
+    xf_t *tx = xf(w, 4, 1, sb, len), *rx = xf(w, 4, 1, rb, len);
+    xf_t *tx2 = xf(w, 4, 2, sb2, len), *rx2 = xf(w, 4, 2, rb2, len);
+    xf_t *tx3 = xf(w, 4, 3, sb3, big), *rx3 = xf(w, 4, 3, rb3, big);
+
+    (void)state;
+    w->ep[1].s.pull_max = len;
+    fill(sb, len, 41);
+    fill(sb2, len, 42);
+    fill(sb3, big, 43);
+    /* Posted first. */
+    assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
+    assert_false(hccl_is_failure(post_send(w, 0, tx)));
+    assert_true(pump_until_done(w, rx));
+    assert_true(pump_until_done(w, tx));
+    assert_done_ok(rx);
+    assert_done_ok(tx);
+    assert_memory_equal(rb, sb, len);
+    /* The offer arrives first and is held; the receive pulls it when posted. */
+    assert_false(hccl_is_failure(post_send(w, 0, tx2)));
+    pump_n(w, 5);
+    assert_int_equal(tx2->ndone, 0);
+    assert_non_null(w->ep[0].s.await_fin.head);
+    assert_false(hccl_is_failure(post_recv(w, 1, rx2)));
+    assert_true(pump_until_done(w, rx2));
+    assert_true(pump_until_done(w, tx2));
+    assert_done_ok(rx2);
+    assert_done_ok(tx2);
+    assert_memory_equal(rb2, sb2, len);
+    assert_int_equal(w->ep[1].rndv_reads, 0);
+    /* Above pull_max: single-copy as before. */
+    assert_int_equal(post_recv(w, 1, rx3), hcclSuccess);
+    assert_false(hccl_is_failure(post_send(w, 0, tx3)));
+    assert_true(pump_until_done(w, rx3));
+    assert_true(pump_until_done(w, tx3));
+    assert_done_ok(rx3);
+    assert_memory_equal(rb3, sb3, big);
+    assert_int_equal(w->ep[1].rndv_reads, 1);
+    assert_null(w->ep[0].s.await_fin.head);
+    assert_null(w->ep[0].s.pulled.head);
+    assert_int_equal(w->ep[0].err, hcclSuccess);
+    assert_int_equal(w->ep[1].err, hcclSuccess);
+    world_free(w);
+}
+
+static void consume_copy(hccl_xfer_t *x, size_t off, const void *data, size_t len)
+{
+    world_t *w = ((xf_t *)x)->w;
+
+    if (off != w->cnext || len == 0 || len % x->unit != 0)
+        w->cbad = true;
+    memcpy(w->cbuf + off, data, len);
+    w->cnext = off + len;
+    w->cpieces++;
+}
+
+static xf_t *xf_consume(world_t *w, uint64_t seq, uint32_t tag, size_t len, size_t unit)
+{
+    xf_t *m = xf(w, seq, tag, NULL, len);
+
+    m->x.consume = consume_copy;
+    m->x.unit = unit;
+    w->cbuf = wbuf(w, len);
+    w->cnext = 0;
+    w->cpieces = 0;
+    w->cbad = false;
+    return m;
+}
+
+/*
+ * A receive with a consume function gets its payload in order, in whole units: read through the
+ * bounce (frames cut at odd bytes), in place where the transport can show it (units split at
+ * the edge of what it shows go through the bounce), from a held message, and single-copy.
+ */
+static void test_consume(void **state)
+{
+    const size_t len = 3u * HCCL_STREAM_BOUNCE + 1000; /* several bounces, not a whole number */
+    const hccl_stream_io_t *ios[] = {&io_plain, &io_peekable, &io_rndv};
+
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        world_t *w = world_new(ios[k], k == 2 ? 4096 : SIZE_MAX);
+        char *sb = wbuf(w, len), *sb2 = wbuf(w, 40);
+        xf_t *tx = xf(w, 5, 1, sb, len), *rx;
+        xf_t *tx2 = xf(w, 5, 2, sb2, 40), *rx2;
+
+        w->ep[1].peek_max = 10; /* 4-byte units: 8 in place, then 2 + 2 through the bounce */
+        fill(sb, len, 51 + (uint32_t)k);
+        fill(sb2, 40, 61);
+        rx = xf_consume(w, 5, 1, len, 4);
+        assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
+        w->ep[0].wbudget = 4099; /* the first frame ends mid-unit */
+        assert_false(hccl_is_failure(post_send(w, 0, tx)));
+        for (int i = 0; i < MAX_PUMPS && rx->ndone == 0; i++) {
+            pump_once(w);
+            w->ep[0].wbudget = k == 1 ? 7 : 65537; /* odd cuts */
+        }
+        assert_done_ok(rx);
+        assert_true(pump_until_done(w, tx));
+        assert_done_ok(tx);
+        assert_false(w->cbad);
+        assert_int_equal(w->cnext, len);
+        assert_true(w->cpieces > (k == 2 ? 0 : 3));
+        assert_memory_equal(w->cbuf, sb, len);
+        /* Held first, then consumed whole when its receive is posted. */
+        w->ep[0].wbudget = SIZE_MAX;
+        assert_false(hccl_is_failure(post_send(w, 0, tx2)));
+        pump_n(w, 5);
+        assert_non_null(w->ep[1].s.unexp_head);
+        rx2 = xf_consume(w, 5, 2, 40, 8);
+        assert_false(hccl_is_failure(post_recv(w, 1, rx2)));
+        drive_n(w, 3);
+        assert_done_ok(rx2);
+        assert_false(w->cbad);
+        assert_int_equal(w->cpieces, 1);
+        assert_memory_equal(w->cbuf, sb2, 40);
+        assert_int_equal(w->ep[0].err, hcclSuccess);
+        assert_int_equal(w->ep[1].err, hcclSuccess);
+        hccl_stream_fini(&w->ep[1].s);
+        world_free(w);
+    }
+}
+
 /*
  * The peer's BYE: what it sent before still arrives; a receive posted afterwards fails with
  * hcclRemoteError; its EOF then fails rx with peer_bye set, which the caller takes as a close.
@@ -826,6 +994,8 @@ int main(void)
         cmocka_unit_test(test_malformed_frames),
         cmocka_unit_test_setup_teardown(test_fail_completes_everything_once, setup, teardown),
         cmocka_unit_test(test_rndv),
+        cmocka_unit_test(test_rndv_pull),
+        cmocka_unit_test(test_consume),
         cmocka_unit_test_setup_teardown(test_bye_then_recv_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bye_fails_posted_recv, setup, teardown),
     };
