@@ -394,7 +394,7 @@ static void coll_on_post(hccl_post_t *post)
 }
 
 /* Set by a blocking entry point around its Async call: the request is waited for at once. */
-static _Thread_local bool tl_blocking_call;
+static _Thread_local HCCL_TLS_FAST bool tl_blocking_call;
 
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req)
 {

@@ -35,6 +35,13 @@ void hccl_log_set_rank(int rank);
 void hccl_log_write(int level, unsigned sub, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/*
+ * A small thread-local read on every call: the initial-exec model reads it at a fixed offset
+ * instead of through __tls_get_addr (the few bytes come from the static TLS surplus that glibc
+ * keeps for libraries loaded with dlopen).
+ */
+#define HCCL_TLS_FAST __attribute__((tls_model("initial-exec")))
+
 #define HCCL_WARN(...) hccl_log_write(HCCL_LOG_WARN, HCCL_SUB_ALL, __VA_ARGS__)
 #define HCCL_LOG_ENABLED(lvl_x, sub_x)                                                   \
     (hccl_log_level >= (lvl_x) && (hccl_log_subsys & (sub_x)))

@@ -17,7 +17,7 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static FILE *log_file;
 static char log_host[64];
 static const char *log_file_pattern;
-static _Thread_local int log_rank = -1;
+static _Thread_local HCCL_TLS_FAST int log_rank = -1;
 
 static const struct {
     const char *name;

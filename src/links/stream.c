@@ -540,8 +540,9 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
 
 /*
  * The next payload bytes of a receive with a consume function, into *got_p (0: none yet). They
- * are used where they lie when the transport allows it; else, and for a unit split at the end
- * of what is readable in place (a ring's wrap), they go through the bounce buffer.
+ * are used where they lie when the transport allows it and they are aligned; else, and for a
+ * unit split at the end of what is readable in place (a ring's wrap), they go through the
+ * bounce buffer.
  */
 static hcclResult_t stream_rx_consume(hccl_stream_t *s, size_t *got_p)
 {
@@ -559,7 +560,8 @@ static hcclResult_t stream_rx_consume(hccl_stream_t *s, size_t *got_p)
             return hcclSuccess;
         whole = (size_t)n < s->rx_left ? (size_t)n : s->rx_left;
         whole -= whole % unit;
-        if (whole > 0) {
+        /* The consumer reads whole units as their type: only where they are aligned. */
+        if (whole > 0 && (uintptr_t)data % unit == 0) {
             x->consume(x, x->len - s->rx_left, data, whole);
             s->io->advance(s, whole);
             s->rx_left -= whole;

@@ -13,7 +13,7 @@
 #include "sched/sched.h"
 
 /* The stream whose worker is the calling thread, NULL elsewhere. */
-static _Thread_local struct hcclStream *tl_worker;
+static _Thread_local HCCL_TLS_FAST struct hcclStream *tl_worker;
 
 struct hcclStream *hccl_hstream_current(void)
 {

@@ -18,9 +18,9 @@ static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
 static int evthread_rc;
 /* The reactor whose work this thread is running right now (progress thread, or a caller
  * driving a borrowed loop), so that a blocking call from a callback can be refused. */
-static _Thread_local const hccl_reactor_t *tl_running;
+static _Thread_local HCCL_TLS_FAST const hccl_reactor_t *tl_running;
 /* The borrowed loop this thread runs inside hccl_reactor_drive right now. */
-static _Thread_local const hccl_reactor_t *tl_driving;
+static _Thread_local HCCL_TLS_FAST const hccl_reactor_t *tl_driving;
 
 static void evthread_init(void)
 {

@@ -207,7 +207,7 @@ HCCL_API hcclResult_t hcclTest(hcclRequest_t *req_p, int *done)
 HCCL_API hcclResult_t hcclWaitAll(int n, hcclRequest_t *reqs)
 {
     hcclResult_t first = hcclSuccess;
-    char first_msg[1024] = "";
+    char first_msg[1024];
 
     if (n < 0 || (n > 0 && !reqs))
         return HCCL_FAIL(hcclInvalidArgument, "hcclWaitAll: %s", n < 0 ? "n < 0" : "reqs is NULL");
@@ -218,7 +218,7 @@ HCCL_API hcclResult_t hcclWaitAll(int n, hcclRequest_t *reqs)
             snprintf(first_msg, sizeof(first_msg), "%s", hccl_error_last());
         }
     }
-    if (first != hcclSuccess)
+    if (first != hcclSuccess) /* first_msg was written when first was set */
         hccl_error_put(first_msg);
     return first;
 }
