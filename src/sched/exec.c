@@ -21,7 +21,7 @@ struct hccl_exec {
     hccl_run_t *pool;         /* finished runs kept for reuse, linked by next */
     int npool;
     bool recv_reduce;         /* see hccl_exec_set_recv_reduce */
-    uint64_t nfused;          /* receives handed over with a consume function */
+    uint64_t nfused;          /* receives whose payload was reduced as it arrived */
     hccl_exec_step_hook_t step_hook; /* NULL unless faults are injected */
     void *step_hook_arg;
 };
@@ -263,10 +263,10 @@ static bool bref_eq(hccl_bref_t a, hccl_bref_t b)
 }
 
 /*
- * The reduce that receive step s can do as its payload arrives, or UINT32_MAX: s is its only
- * predecessor left (so what it reads and writes is final) and it is s's only successor (so
- * nothing else reads what s would have stored), and one of its operands is exactly what s
- * receives while the other does not touch it.
+ * The reduce that receive step s may do as its payload arrives, or UINT32_MAX: it is s's only
+ * successor (so nothing else reads what s would have stored), and one of its operands is
+ * exactly what s receives while the other does not touch it. Whether it does is decided when
+ * the first bytes arrive (run_consume).
  */
 static uint32_t run_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s,
                                    const hccl_conn_t *c)
@@ -280,7 +280,7 @@ static uint32_t run_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s,
         return UINT32_MAX;
     rid = p->succ[s->succ_first];
     r = &p->steps[rid];
-    if (r->kind != HCCL_STEP_REDUCE || run->left[rid] != 1 || r->bytes != s->bytes)
+    if (r->kind != HCCL_STEP_REDUCE || r->bytes != s->bytes)
         return UINT32_MAX;
     if (bref_eq(r->src2, s->dst) && !bref_overlap(r->src, s->dst, s->bytes))
         return rid;
@@ -289,15 +289,31 @@ static uint32_t run_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s,
     return UINT32_MAX;
 }
 
-/* A fused receive's payload, piece by piece: its reduce's dst = the other operand op data. */
+/* A reduce step has no transfer: its xfer's unit records what its receive did with the data. */
+enum { FUSE_NONE, FUSE_REDUCED, FUSE_STORED };
+
+/*
+ * A consuming receive's payload, piece by piece, in order. If its reduce waits on nothing else
+ * when the first piece comes (what it reads and writes is final), each piece is reduced at once:
+ * dst = the other operand op data, and the reduce step has nothing left to do. Otherwise the
+ * payload is stored where the receive would have put it, and the reduce runs as planned.
+ */
 static void run_consume(hccl_xfer_t *x, size_t off, const void *data, size_t len)
 {
     hccl_run_t *run = x->arg;
     const hccl_plan_t *p = run->plan;
     const hccl_step_t *s = &p->steps[x - run->xfers];
-    const hccl_step_t *r = &p->steps[p->succ[s->succ_first]];
+    uint32_t rid = p->succ[s->succ_first];
+    const hccl_step_t *r = &p->steps[rid];
     hccl_bref_t other = bref_eq(r->src, s->dst) ? r->src2 : r->src;
+    size_t *mode = &run->xfers[rid].unit;
 
+    if (off == 0)
+        *mode = run->left[rid] == 1 ? FUSE_REDUCED : FUSE_STORED;
+    if (*mode == FUSE_STORED) {
+        memcpy((char *)x->buf + off, data, len);
+        return;
+    }
     hccl_reduce((char *)run_ptr(run, r->dst) + off, (const char *)run_ptr(run, other) + off, data,
                 len / x->unit, p->dtype, p->op);
 }
@@ -327,9 +343,6 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
         if (rid != UINT32_MAX) {
             x->consume = run_consume;
             x->unit = hccl_dtype_size(run->plan->dtype);
-            /* Marks the reduce: its work is done by the time it is issued. */
-            run->xfers[rid].consume = run_consume;
-            ex->nfused++;
         }
     }
     run->posted++;
@@ -371,7 +384,9 @@ static void run_issue(hccl_run_t *run, uint32_t id)
     }
     case HCCL_STEP_REDUCE: {
         void *dst = run_ptr(run, s->dst);
-        if (!run->xfers[id].consume) /* else its receive reduced the payload as it came */
+        if (run->xfers[id].unit == FUSE_REDUCED)
+            run->ex->nfused++; /* its receive reduced the payload as it came */
+        else
             hccl_reduce(dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz, p->dtype,
                         p->op);
         if ((s->flags & HCCL_STEP_FINAL_DIV) && p->op == hcclAvg)

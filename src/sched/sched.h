@@ -202,11 +202,12 @@ typedef void (*hccl_exec_step_hook_t)(void *arg, uint64_t seq, uint32_t step);
 void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *arg);
 /*
  * Whether a receive whose only successor reduces what it receives is handed to its link with a
- * consume function, so that the payload is reduced as it arrives instead of being stored in
- * scratch and read again (default on; links without recv_consume never get one).
+ * consume function, so that the payload is reduced as it arrives, where the reduce waits on
+ * nothing else by then, instead of being stored in scratch and read again (default on; links
+ * without recv_consume never get one).
  */
 void hccl_exec_set_recv_reduce(hccl_exec_t *ex, bool on);
-/* How many receives were handed over that way so far (tests, diagnostics). */
+/* How many receives were reduced that way so far (tests, diagnostics). */
 uint64_t hccl_exec_fused_recvs(const hccl_exec_t *ex);
 /* Ends every run in flight with res/msg (their link operations are the caller's to cancel). */
 void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg);

@@ -52,6 +52,8 @@ typedef struct shm_conn {
     size_t peer_seg_bytes;
     shm_ring_hdr_t *tx_ring;   /* in the peer's segment, our slot */
     shm_ring_hdr_t *rx_ring;   /* in our segment, the peer's slot */
+    uint64_t tx_tail_seen;     /* tx_ring's tail when last read: re-read only when short of room,
+                                * so that its cache line does not cross cores on every message */
     int peer_bell;             /* owned: the peer's doorbell eventfd */
     int out_fd;                /* owned: our connection to the peer (EOF = it died) */
     int in_fd;                 /* owned: the peer's connection to us */

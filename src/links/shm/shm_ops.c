@@ -109,15 +109,22 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
     shm_ring_hdr_t *r = sc->tx_ring;
     size_t size = sc->ctx->ring_bytes;
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-    size_t used, space, done = 0;
+    uint64_t tail = sc->tx_tail_seen;
+    size_t used, space, want = 0, done = 0;
 
-    if (!hccl_shm_ring_used(head, tail, size, &used))
-        return shm_ring_corrupt(s, "send", head, tail);
+    for (int i = 0; i < iovcnt; i++)
+        want += iov[i].iov_len;
+    if (!hccl_shm_ring_used(head, tail, size, &used) || size - used < want) {
+        tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+        sc->tx_tail_seen = tail;
+        if (!hccl_shm_ring_used(head, tail, size, &used))
+            return shm_ring_corrupt(s, "send", head, tail);
+    }
     space = size - used;
     if (space == 0) {
         atomic_store_explicit(&r->producer_waiting, 1, memory_order_seq_cst);
         tail = atomic_load_explicit(&r->tail, memory_order_seq_cst);
+        sc->tx_tail_seen = tail;
         if (!hccl_shm_ring_used(head, tail, size, &used))
             return shm_ring_corrupt(s, "send", head, tail);
         space = size - used;
