@@ -69,6 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&ctx, 0, sizeof(ctx));
     ctx.env = &env;
     ctx.ring_bytes = RING;
+    ctx.ring_used = RING;
     memset(&sc, 0, sizeof(sc));
     sc.ctx = &ctx;
     sc.rx_ring = rxh;

@@ -68,7 +68,8 @@ typedef struct shm_ctx {
     bool seg_linked;           /* the name still exists in /dev/shm */
     void *seg;                 /* owned mapping */
     size_t seg_bytes;
-    size_t ring_bytes;
+    size_t ring_bytes;         /* capacity of each ring (HCCL_BUFFSIZE) */
+    size_t ring_used;          /* bytes of it in use: see shm_ring_window */
     int uds_fd;                /* listener, closed once every peer is in */
     int bell_fd;               /* our doorbell */
     struct event *bell_ev;
