@@ -77,6 +77,7 @@ struct hccl_xfer {
     size_t moved;           /* bytes moved when done (checked by the link tests) */
     hcclResult_t res;
     hccl_post_t post;       /* deferred completion */
+    int64_t t0_ns;          /* when a transfer the link times started (0: not timed) */
 };
 
 /*

@@ -1,8 +1,14 @@
 /* The framing engine of byte-stream links (see stream.h). */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "links/stream.h"
+
+/* Every this many offers that may be pulled, the slower way is tried again (see pull_max). */
+#define STREAM_PULL_PROBE 16
+/* Transfers shorter than this are not timed: fixed costs would swamp the per-byte figure. */
+#define STREAM_TIMED_MIN (32u << 10)
 
 void hccl_stream_init(hccl_stream_t *s, const hccl_stream_io_t *io, hccl_reactor_t *r, void *transport,
                       int rank, int peer, size_t rndv_threshold)
@@ -225,19 +231,55 @@ static hcclResult_t stream_check_len(hccl_stream_t *s, const hccl_frame_t *f, co
                      x->len);
 }
 
+static int64_t stream_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void stream_cost_sample(double *avg, int64_t ns, size_t len)
+{
+    double v = (double)(ns > 0 ? ns : 1) / (double)len;
+
+    *avg = *avg > 0 ? 0.75 * *avg + 0.25 * v : v;
+}
+
+/* Whether to pull an offered message of len bytes rather than read it single-copy. */
+static bool stream_choose_pull(hccl_stream_t *s, size_t len)
+{
+    bool pull;
+
+    if (len > s->pull_max || len == 0)
+        return false;
+    if (s->pull_ns_per_byte == 0)
+        return true;
+    if (s->rndv_ns_per_byte == 0 || !s->io->rndv_read)
+        return !s->io->rndv_read;
+    pull = s->pull_ns_per_byte <= s->rndv_ns_per_byte;
+    return ++s->pull_choices % STREAM_PULL_PROBE == 0 ? !pull : pull;
+}
+
+/* Asks for an offered message as DATA: x stays posted, its payload comes next. */
+static hcclResult_t stream_pull(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
+{
+    x->t0_ns = stream_now_ns();
+    hccl_xfer_queue_push(&s->posted, x);
+    return stream_queue_ctl(s, HCCL_FRAME_PULL, f->seq, f->tag);
+}
+
 /* Hands an RTS message to the transport's single-copy read; falls back to DATA on refusal. */
 static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
     hcclResult_t res;
+    int64_t t0 = stream_now_ns();
 
-    if (x->len <= s->pull_max) {
-        /* Stays posted: its DATA comes next. */
-        hccl_xfer_queue_push(&s->posted, x);
-        return stream_queue_ctl(s, HCCL_FRAME_PULL, f->seq, f->tag);
-    }
     res = s->io->rndv_read ? s->io->rndv_read(s, f, x) : hcclUnsupported;
 
     if (res == hcclSuccess) {
+        if (x->len >= STREAM_TIMED_MIN)
+            stream_cost_sample(&s->rndv_ns_per_byte, stream_now_ns() - t0, x->len);
         x->moved = x->len;
         s->rx_rndv_bytes += x->len;
         if (s->activity)
@@ -264,7 +306,9 @@ static hcclResult_t stream_defer_rndv(hccl_stream_t *s, const hccl_frame_t *f, h
 {
     hccl_rndv_t *d;
 
-    if (!s->io->kick || x->len <= s->pull_max)
+    if (stream_choose_pull(s, x->len))
+        return stream_pull(s, f, x);
+    if (!s->io->kick)
         return stream_rndv(s, f, x);
     d = hccl_calloc(1, sizeof(*d));
     if (!d)
@@ -470,7 +514,10 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
         if (stream_check_len(s, f, x) != hcclSuccess)
             return stream_fail_xfer(s, x, hcclInvalidUsage);
         if (f->type == HCCL_FRAME_RTS)
-            return stream_rndv(s, f, x);
+            return stream_choose_pull(s, x->len) ? stream_pull(s, f, x) : stream_rndv(s, f, x);
+        /* A pulled message is timed from its first byte: waiting for its turn is not its cost. */
+        if (x->t0_ns)
+            x->t0_ns = stream_now_ns();
         s->rx_xfer = x;
         s->rx_dst = x->buf;
         s->rx_left = x->len;
@@ -510,6 +557,9 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
 {
     s->rx_in_payload = false;
     if (s->rx_xfer) {
+        if (s->rx_xfer->t0_ns && s->rx_xfer->len >= STREAM_TIMED_MIN)
+            stream_cost_sample(&s->pull_ns_per_byte, stream_now_ns() - s->rx_xfer->t0_ns,
+                               s->rx_xfer->len);
         s->rx_xfer->moved = s->rx_xfer->len;
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, hcclSuccess);
         s->rx_xfer = NULL;

@@ -97,11 +97,18 @@ struct hccl_stream {
     uint64_t comm_id;         /* stamped on every frame and checked on arrival */
     size_t rndv_threshold;    /* sends of at least this go RTS; SIZE_MAX = never */
     /*
-     * An RTS message of at most this many bytes whose receive is posted is pulled through the
-     * wire (PULL, then DATA) instead of read single-copy: the sender's copy into the wire runs
-     * on its own core, in parallel with the receiver's use of it. 0 = never.
+     * An RTS message of at most this many bytes whose receive is posted may be pulled through
+     * the wire (PULL, then DATA) instead of read single-copy: the sender's copy into the wire
+     * runs on its own core, in parallel with the receiver's use of it. Which is faster depends
+     * on where the two processes run (pulling is 1.5-3x faster where the cores share a cache,
+     * and 1.5-2x slower where they do not, on the same machine an hour apart): the receiver
+     * times both ways (ns per byte, moving averages) and takes the faster, trying the other
+     * every STREAM_PULL_PROBE-th message so that a change is seen. 0 = never pull.
      */
     size_t pull_max;
+    double pull_ns_per_byte;  /* 0: not measured yet */
+    double rndv_ns_per_byte;
+    unsigned pull_choices;
     bool failed;
     hcclResult_t fail_res;
     bool bye_sent;            /* we are closing gracefully */

@@ -781,50 +781,68 @@ static void test_rndv(void **state)
     }
 }
 
-/* A receive posted before its RTS, or after it, is pulled (PULL, then DATA) up to pull_max. */
-static void test_rndv_pull(void **state)
+/* One offered message of len bytes through ep 0 -> 1, the receive posted first or after. */
+static void offer_one(world_t *w, uint64_t seq, uint32_t tag, size_t len, bool recv_first)
 {
-    const size_t len = 100000, big = 200000;
-    world_t *w = world_new(&io_rndv, 4096);
-    char *sb = wbuf(w, len), *rb = wbuf(w, len), *sb2 = wbuf(w, len), *rb2 = wbuf(w, len);
-    char *sb3 = wbuf(w, big), *rb3 = wbuf(w, big);
-    xf_t *tx = xf(w, 4, 1, sb, len), *rx = xf(w, 4, 1, rb, len);
-    xf_t *tx2 = xf(w, 4, 2, sb2, len), *rx2 = xf(w, 4, 2, rb2, len);
-    xf_t *tx3 = xf(w, 4, 3, sb3, big), *rx3 = xf(w, 4, 3, rb3, big);
+    char *sb = wbuf(w, len), *rb = wbuf(w, len);
+    xf_t *tx = xf(w, seq, tag, sb, len), *rx = xf(w, seq, tag, rb, len);
 
-    (void)state;
-    w->ep[1].s.pull_max = len;
-    fill(sb, len, 41);
-    fill(sb2, len, 42);
-    fill(sb3, big, 43);
-    /* Posted first. */
-    assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
+    fill(sb, len, (uint32_t)(seq * 100 + tag));
+    if (recv_first)
+        assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
     assert_false(hccl_is_failure(post_send(w, 0, tx)));
+    if (!recv_first) {
+        pump_n(w, 5);
+        assert_int_equal(tx->ndone, 0); /* held as an offer: nothing moves before the receive */
+        assert_false(hccl_is_failure(post_recv(w, 1, rx)));
+    }
     assert_true(pump_until_done(w, rx));
     assert_true(pump_until_done(w, tx));
     assert_done_ok(rx);
     assert_done_ok(tx);
     assert_memory_equal(rb, sb, len);
-    /* The offer arrives first and is held; the receive pulls it when posted. */
-    assert_false(hccl_is_failure(post_send(w, 0, tx2)));
-    pump_n(w, 5);
-    assert_int_equal(tx2->ndone, 0);
-    assert_non_null(w->ep[0].s.await_fin.head);
-    assert_false(hccl_is_failure(post_recv(w, 1, rx2)));
-    assert_true(pump_until_done(w, rx2));
-    assert_true(pump_until_done(w, tx2));
-    assert_done_ok(rx2);
-    assert_done_ok(tx2);
-    assert_memory_equal(rb2, sb2, len);
+}
+
+/*
+ * Offers up to pull_max are pulled (PULL, then DATA) or read single-copy, whichever the
+ * receiver measured faster, the other tried every STREAM_PULL_PROBE-th time; larger ones are
+ * always read single-copy.
+ */
+static void test_rndv_pull(void **state)
+{
+    const size_t len = 100000;
+    world_t *w = world_new(&io_rndv, 4096);
+    hccl_stream_t *rs = &w->ep[1].s;
+    int before;
+
+    (void)state;
+    rs->pull_max = len;
+    /* Nothing measured: pulled first, then read single-copy, each timed. */
+    offer_one(w, 4, 1, len, true);
     assert_int_equal(w->ep[1].rndv_reads, 0);
-    /* Above pull_max: single-copy as before. */
-    assert_int_equal(post_recv(w, 1, rx3), hcclSuccess);
-    assert_false(hccl_is_failure(post_send(w, 0, tx3)));
-    assert_true(pump_until_done(w, rx3));
-    assert_true(pump_until_done(w, tx3));
-    assert_done_ok(rx3);
-    assert_memory_equal(rb3, sb3, big);
+    assert_true(rs->pull_ns_per_byte > 0);
+    offer_one(w, 4, 2, len, false);
     assert_int_equal(w->ep[1].rndv_reads, 1);
+    assert_true(rs->rndv_ns_per_byte > 0);
+    /* Single copy measured far slower: 15 of every 16 are pulled. */
+    rs->rndv_ns_per_byte = 1e9;
+    before = w->ep[1].rndv_reads;
+    for (uint32_t t = 0; t < 16; t++)
+        offer_one(w, 5, t, len, t % 2 == 0);
+    assert_int_equal(w->ep[1].rndv_reads - before, 1);
+    /* Pulling measured far slower: 15 of every 16 are read single-copy. */
+    rs->rndv_ns_per_byte = 1e-9;
+    rs->pull_ns_per_byte = 1e9;
+    before = w->ep[1].rndv_reads;
+    for (uint32_t t = 0; t < 16; t++)
+        offer_one(w, 6, t, len, t % 2 == 0);
+    assert_int_equal(w->ep[1].rndv_reads - before, 15);
+    /* Above pull_max: single copy, however fast pulling was. */
+    rs->pull_ns_per_byte = 1e-9;
+    rs->rndv_ns_per_byte = 1e9;
+    before = w->ep[1].rndv_reads;
+    offer_one(w, 7, 1, 2 * len, true);
+    assert_int_equal(w->ep[1].rndv_reads - before, 1);
     assert_null(w->ep[0].s.await_fin.head);
     assert_null(w->ep[0].s.pulled.head);
     assert_int_equal(w->ep[0].err, hcclSuccess);
