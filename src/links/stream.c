@@ -253,10 +253,9 @@ static bool stream_choose_pull(hccl_stream_t *s, size_t len)
 
     if (len > s->pull_max || len == 0)
         return false;
-    if (s->pull_ns_per_byte == 0)
-        return true;
-    if (s->rndv_ns_per_byte == 0 || !s->io->rndv_read)
-        return !s->io->rndv_read;
+    /* Each way once first, to have both figures. */
+    if (s->pull_ns_per_byte == 0 || s->rndv_ns_per_byte == 0)
+        return s->pull_ns_per_byte == 0;
     pull = s->pull_ns_per_byte <= s->rndv_ns_per_byte;
     return ++s->pull_choices % STREAM_PULL_PROBE == 0 ? !pull : pull;
 }
