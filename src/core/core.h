@@ -123,6 +123,8 @@ void hccl_alloc_fail_at(long n);
 
 /* Monotonic milliseconds. */
 int64_t hccl_now_ms(void);
+/* CLOCK_MONOTONIC in ns, for timing short spans. */
+int64_t hccl_now_ns(void);
 /* *ts = CLOCK_REALTIME now + ms: the absolute deadline pthread's timed waits take. */
 void hccl_abs_deadline(struct timespec *ts, int64_t ms);
 

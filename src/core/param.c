@@ -32,8 +32,8 @@ static const char *const unsupported_vars[] = {
 #define HCCL_DEFAULT_CONNECT_TIMEOUT_S 120
 #define HCCL_DEFAULT_BUFFSIZE (4u << 20)
 #define HCCL_DEFAULT_CMA_THRESHOLD (64u << 10)
-/* Up to here a message whose receive is posted goes through the ring: the sender's copy and the
- * receiver's use of it run on two cores at once, and beat one single-copy read by 2-3x here. */
+/* Up to here an offered message whose receive is posted may go through the ring instead of a
+ * single-copy read; the receiver times both and takes the faster (see hccl_stream_t.pull_max). */
 #define HCCL_DEFAULT_SHM_PULL_MAX (1u << 20)
 /* A sleep and wake-up through an fd costs about 27 us here: polling up to twice that first
  * bounds the loss to a factor of two whatever the gap. */
@@ -45,6 +45,14 @@ int64_t hccl_now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t hccl_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 void hccl_abs_deadline(struct timespec *ts, int64_t ms)

@@ -147,6 +147,12 @@ typedef struct hccl_link_ops {
     ((ops_x)->size >= offsetof(hccl_link_ops_t, op_x) + sizeof((ops_x)->op_x) &&         \
      (ops_x)->op_x != NULL)
 
+/* The unit a consuming receive's pieces come in: x->unit, or bytes where it does not divide len. */
+static inline size_t hccl_xfer_unit(const hccl_xfer_t *x)
+{
+    return x->unit && x->len % x->unit == 0 ? x->unit : 1;
+}
+
 /* Whether c's link takes receives with a consume function. */
 static inline bool hccl_conn_consumes(const hccl_conn_t *c)
 {

@@ -1,7 +1,6 @@
 /* The framing engine of byte-stream links (see stream.h). */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "links/stream.h"
 
@@ -231,14 +230,6 @@ static hcclResult_t stream_check_len(hccl_stream_t *s, const hccl_frame_t *f, co
                      x->len);
 }
 
-static int64_t stream_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void stream_cost_sample(double *avg, int64_t ns, size_t len)
 {
     double v = (double)(ns > 0 ? ns : 1) / (double)len;
@@ -263,7 +254,7 @@ static bool stream_choose_pull(hccl_stream_t *s, size_t len)
 /* Asks for an offered message as DATA: x stays posted, its payload comes next. */
 static hcclResult_t stream_pull(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
-    x->t0_ns = stream_now_ns();
+    x->t0_ns = hccl_now_ns();
     hccl_xfer_queue_push(&s->posted, x);
     return stream_queue_ctl(s, HCCL_FRAME_PULL, f->seq, f->tag);
 }
@@ -272,13 +263,13 @@ static hcclResult_t stream_pull(hccl_stream_t *s, const hccl_frame_t *f, hccl_xf
 static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
     hcclResult_t res;
-    int64_t t0 = stream_now_ns();
+    int64_t t0 = hccl_now_ns();
 
     res = s->io->rndv_read ? s->io->rndv_read(s, f, x) : hcclUnsupported;
 
     if (res == hcclSuccess) {
         if (x->len >= STREAM_TIMED_MIN)
-            stream_cost_sample(&s->rndv_ns_per_byte, stream_now_ns() - t0, x->len);
+            stream_cost_sample(&s->rndv_ns_per_byte, hccl_now_ns() - t0, x->len);
         x->moved = x->len;
         s->rx_rndv_bytes += x->len;
         if (s->activity)
@@ -516,7 +507,7 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
             return stream_choose_pull(s, x->len) ? stream_pull(s, f, x) : stream_rndv(s, f, x);
         /* A pulled message is timed from its first byte: waiting for its turn is not its cost. */
         if (x->t0_ns)
-            x->t0_ns = stream_now_ns();
+            x->t0_ns = hccl_now_ns();
         s->rx_xfer = x;
         s->rx_dst = x->buf;
         s->rx_left = x->len;
@@ -557,7 +548,7 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
     s->rx_in_payload = false;
     if (s->rx_xfer) {
         if (s->rx_xfer->t0_ns && s->rx_xfer->len >= STREAM_TIMED_MIN)
-            stream_cost_sample(&s->pull_ns_per_byte, stream_now_ns() - s->rx_xfer->t0_ns,
+            stream_cost_sample(&s->pull_ns_per_byte, hccl_now_ns() - s->rx_xfer->t0_ns,
                                s->rx_xfer->len);
         s->rx_xfer->moved = s->rx_xfer->len;
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, hcclSuccess);
@@ -596,7 +587,7 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
 static hcclResult_t stream_rx_consume(hccl_stream_t *s, size_t *got_p)
 {
     hccl_xfer_t *x = s->rx_xfer;
-    size_t unit = x->unit && x->len % x->unit == 0 ? x->unit : 1, whole, want;
+    size_t unit = hccl_xfer_unit(x), whole, want;
     ssize_t n;
 
     *got_p = 0;

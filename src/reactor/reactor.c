@@ -95,14 +95,6 @@ bool hccl_reactor_enter_timed(hccl_reactor_t *r, int timeout_ms)
     return pthread_mutex_timedlock(&r->prog_mtx, &ts) == 0;
 }
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void reactor_set_polling(hccl_reactor_t *r, bool on)
 {
     atomic_store(&r->polling, on);
@@ -141,7 +133,7 @@ static bool reactor_stop_polling(hccl_reactor_t *r)
  */
 static bool reactor_spin(hccl_reactor_t *r)
 {
-    int64_t idle_since = mono_ns();
+    int64_t idle_since = hccl_now_ns();
     bool found;
 
     if (pthread_mutex_trylock(&r->prog_mtx) != 0)
@@ -154,14 +146,14 @@ static bool reactor_spin(hccl_reactor_t *r)
         if ((round & 7) == 7)
             event_base_loop(r->base, EVLOOP_NONBLOCK);
         if (moved) {
-            idle_since = mono_ns();
+            idle_since = hccl_now_ns();
             continue;
         }
         /* Nothing in flight: linger only as long as a next post would be cheap to catch, and
          * not at all where a waiter drives its own calls. */
-        if (atomic_load(&r->pending) == 0 && (r->drivable || mono_ns() - idle_since > r->spin_ns / 4))
+        if (atomic_load(&r->pending) == 0 && (r->drivable || hccl_now_ns() - idle_since > r->spin_ns / 4))
             break;
-        if (mono_ns() - idle_since > r->spin_ns)
+        if (hccl_now_ns() - idle_since > r->spin_ns)
             break;
         pthread_mutex_unlock(&r->prog_mtx);
         sched_yield();
@@ -228,7 +220,7 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
         }
         /* The clock is read once per 8 idle rounds, not on every step that moves. */
         if ((++idle & 7) == 0) {
-            int64_t now = mono_ns();
+            int64_t now = hccl_now_ns();
             if (idle == 8)
                 idle_since = now;
             else if (now - idle_since > r->wait_spin_ns)

@@ -154,7 +154,7 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
 static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
     shm_conn_t *sc = s->transport;
-    size_t done = 0, unit = x->unit && x->len % x->unit == 0 ? x->unit : 1;
+    size_t done = 0, unit = hccl_xfer_unit(x);
     /* A receive that consumes reads cache-sized pieces into the bounce and uses each at once. */
     char *bounce = x->consume ? hccl_stream_bounce(s) : NULL;
     size_t piece = x->consume ? HCCL_STREAM_BOUNCE - HCCL_STREAM_BOUNCE % unit : SHM_CMA_PIECE;

@@ -40,7 +40,7 @@ static void sim_match(hccl_sim_world_t *w, hccl_xfer_t *s, hccl_xfer_t *r, int f
                         (unsigned long long)s->seq, s->tag);
     } else if (s->len && r->consume) {
         /* In pieces, as a real link hands them over: whole units, several per message. */
-        size_t unit = r->unit && r->len % r->unit == 0 ? r->unit : 1;
+        size_t unit = hccl_xfer_unit(r);
         size_t piece = SIM_CONSUME_PIECE - SIM_CONSUME_PIECE % unit;
         for (size_t off = 0; off < s->len; off += piece)
             r->consume(r, off, (const char *)s->buf + off,

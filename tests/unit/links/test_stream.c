@@ -803,6 +803,19 @@ static void offer_one(world_t *w, uint64_t seq, uint32_t tag, size_t len, bool r
     assert_memory_equal(rb, sb, len);
 }
 
+/* With the receiver's costs set to pull_ns and rndv_ns: how many of n offers it read single-copy. */
+static int single_copies_of(world_t *w, double pull_ns, double rndv_ns, uint64_t seq, uint32_t n,
+                            size_t len)
+{
+    int before = w->ep[1].rndv_reads;
+
+    w->ep[1].s.pull_ns_per_byte = pull_ns;
+    w->ep[1].s.rndv_ns_per_byte = rndv_ns;
+    for (uint32_t t = 0; t < n; t++)
+        offer_one(w, seq, t, len, t % 2 == 0);
+    return w->ep[1].rndv_reads - before;
+}
+
 /*
  * Offers up to pull_max are pulled (PULL, then DATA) or read single-copy, whichever the
  * receiver measured faster, the other tried every STREAM_PULL_PROBE-th time; larger ones are
@@ -813,7 +826,6 @@ static void test_rndv_pull(void **state)
     const size_t len = 100000;
     world_t *w = world_new(&io_rndv, 4096);
     hccl_stream_t *rs = &w->ep[1].s;
-    int before;
 
     (void)state;
     rs->pull_max = len;
@@ -825,24 +837,11 @@ static void test_rndv_pull(void **state)
     assert_int_equal(w->ep[1].rndv_reads, 1);
     assert_true(rs->rndv_ns_per_byte > 0);
     /* Single copy measured far slower: 15 of every 16 are pulled. */
-    rs->rndv_ns_per_byte = 1e9;
-    before = w->ep[1].rndv_reads;
-    for (uint32_t t = 0; t < 16; t++)
-        offer_one(w, 5, t, len, t % 2 == 0);
-    assert_int_equal(w->ep[1].rndv_reads - before, 1);
+    assert_int_equal(single_copies_of(w, 1e-9, 1e9, 5, 16, len), 1);
     /* Pulling measured far slower: 15 of every 16 are read single-copy. */
-    rs->rndv_ns_per_byte = 1e-9;
-    rs->pull_ns_per_byte = 1e9;
-    before = w->ep[1].rndv_reads;
-    for (uint32_t t = 0; t < 16; t++)
-        offer_one(w, 6, t, len, t % 2 == 0);
-    assert_int_equal(w->ep[1].rndv_reads - before, 15);
+    assert_int_equal(single_copies_of(w, 1e9, 1e-9, 6, 16, len), 15);
     /* Above pull_max: single copy, however fast pulling was. */
-    rs->pull_ns_per_byte = 1e-9;
-    rs->rndv_ns_per_byte = 1e9;
-    before = w->ep[1].rndv_reads;
-    offer_one(w, 7, 1, 2 * len, true);
-    assert_int_equal(w->ep[1].rndv_reads - before, 1);
+    assert_int_equal(single_copies_of(w, 1e-9, 1e9, 7, 1, 2 * len), 1);
     assert_null(w->ep[0].s.await_fin.head);
     assert_null(w->ep[0].s.pulled.head);
     assert_int_equal(w->ep[0].err, hcclSuccess);
