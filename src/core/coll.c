@@ -5,7 +5,7 @@
 #include "core/comm.h"
 #include "core/fault.h"
 
-static void coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t res,
+void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t res,
                         const char *msg)
 {
     uint64_t seq = req->seq;
@@ -94,13 +94,13 @@ static void coll_on_run_done(hccl_run_t *run, hcclResult_t res, const char *msg,
 
     (void)run;
     if (res == hcclSuccess) {
-        coll_finish(comm, req, res, NULL);
+        hccl_coll_finish(comm, req, res, NULL);
         return;
     }
     hccl_request_describe(req, false, what, sizeof(what));
     snprintf(text, sizeof(text), "%s (%zu x %s): %s", what, req->count, hccl_dtype_name(req->dtype),
              msg ? msg : "");
-    coll_finish(comm, req, res, text);
+    hccl_coll_finish(comm, req, res, text);
 }
 
 static void coll_on_timeout(void *arg)
@@ -121,6 +121,16 @@ static void coll_on_timeout(void *arg)
         /* It failed, but transfers it posted to healthy links may never come back: failing the
          * communicator aborts the links and ends it, with its first cause. */
         hccl_comm_fail(comm, hccl_exec_run_result(req->run), failed_msg);
+        return;
+    }
+    if (req->lane_op && comm->lane && hccl_lane_waiting_for(comm->lane, req->lane_op, peers, sizeof(peers))) {
+        hccl_request_describe(req, false, what, sizeof(what));
+        snprintf(msg, sizeof(msg), "rank %d: %s did not finish within the exec timeout of %d ms; %s%s%s",
+                 comm->rank, what, comm->params.exec_timeout_ms,
+                 peers[0] ? "still waiting on ranks " : "it had not started (queued behind earlier ", peers,
+                 peers[0] ? " (shm lane)" : "shm lane operations)");
+        HCCL_WARN("%s", msg);
+        hccl_comm_fail(comm, hcclTimeout, msg);
         return;
     }
     if (req->run)
@@ -149,7 +159,7 @@ void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char
         while (*queues[q]) {
             struct hcclRequest *req = *queues[q];
             *queues[q] = req->next_self;
-            coll_finish(comm, req, res, msg);
+            hccl_coll_finish(comm, req, res, msg);
         }
     }
 }
@@ -180,13 +190,13 @@ static void coll_self_p2p(struct hcclComm *comm, struct hcclRequest *req)
                  comm->rank, send->count * esz,
                  recv->count * hccl_dtype_size((hcclDataType_t)recv->dtype));
         HCCL_WARN("%s", msg);
-        coll_finish(comm, send, hcclInvalidUsage, msg);
-        coll_finish(comm, recv, hcclInvalidUsage, msg);
+        hccl_coll_finish(comm, send, hcclInvalidUsage, msg);
+        hccl_coll_finish(comm, recv, hcclInvalidUsage, msg);
         return;
     }
     memcpy(recv->recvbuf, send->sendbuf, send->count * esz);
-    coll_finish(comm, send, hcclSuccess, NULL);
-    coll_finish(comm, recv, hcclSuccess, NULL);
+    hccl_coll_finish(comm, send, hcclSuccess, NULL);
+    hccl_coll_finish(comm, recv, hcclSuccess, NULL);
 }
 
 /*
@@ -200,7 +210,7 @@ static void coll_fail_posted(struct hcclComm *comm, struct hcclRequest *req, hcc
 
     hccl_request_describe(req, false, what, sizeof(what));
     snprintf(msg, sizeof(msg), "rank %d: %s could not start: %s", comm->rank, what, hccl_error_last());
-    coll_finish(comm, req, res, msg);
+    hccl_coll_finish(comm, req, res, msg);
     hccl_comm_fail(comm, res, msg);
 }
 
@@ -217,7 +227,7 @@ static void coll_start(struct hcclComm *comm, struct hcclRequest *req)
     hcclResult_t res;
 
     if (req->count == 0 && req->coll != HCCL_COLL_BARRIER) {
-        coll_finish(comm, req, hcclSuccess, NULL);
+        hccl_coll_finish(comm, req, hcclSuccess, NULL);
         return;
     }
     if (p2p && req->root == comm->rank) {
@@ -297,7 +307,7 @@ static void coll_on_check_done(hccl_run_t *run, hcclResult_t res, const char *ms
     if (res != hcclSuccess) {
         snprintf(text, sizeof(text), "%s (seq %llu, signature check): %s", hccl_coll_name(req->coll),
                  (unsigned long long)req->seq, msg ? msg : "");
-        coll_finish(comm, req, res, text);
+        hccl_coll_finish(comm, req, res, text);
         return;
     }
     for (int r = 1; r < comm->nranks; r++) {
@@ -308,7 +318,7 @@ static void coll_on_check_done(hccl_run_t *run, hcclResult_t res, const char *ms
         snprintf(text, sizeof(text), "collective mismatch at seq %llu (HCCL_CHECK): rank 0 called %s, "
                  "rank %d called %s", (unsigned long long)req->seq, a, r, b);
         HCCL_WARN("rank %d: %s", comm->rank, text);
-        coll_finish(comm, req, hcclInvalidUsage, text);
+        hccl_coll_finish(comm, req, hcclInvalidUsage, text);
         return;
     }
     coll_start(comm, req);
@@ -339,7 +349,7 @@ static void coll_start_checked(struct hcclComm *comm, struct hcclRequest *req)
     hcclResult_t res;
 
     if (!sig) {
-        coll_finish(comm, req, HCCL_FAIL(hcclSystemError, "out of memory for HCCL_CHECK"),
+        hccl_coll_finish(comm, req, HCCL_FAIL(hcclSystemError, "out of memory for HCCL_CHECK"),
                           hccl_error_last());
         return;
     }
@@ -357,7 +367,19 @@ static void coll_start_checked(struct hcclComm *comm, struct hcclRequest *req)
         hccl_plan_release(plan);
     }
     if (res != hcclSuccess)
-        coll_finish(comm, req, res, hccl_error_last());
+        hccl_coll_finish(comm, req, res, hccl_error_last());
+}
+
+hcclResult_t hccl_coll_arm_timeout(struct hcclComm *comm, struct hcclRequest *req)
+{
+    hccl_timer_t *timer = NULL;
+
+    if (comm->params.exec_timeout_ms <= 0)
+        return hcclSuccess;
+    HCCL_CHECK(hccl_timer_create(comm->reactor, coll_on_timeout, req, &timer));
+    hccl_timer_arm(timer, comm->params.exec_timeout_ms);
+    req->timer = timer;
+    return hcclSuccess;
 }
 
 /* Reactor thread: a request just posted. */
@@ -366,7 +388,6 @@ static void coll_on_post(hccl_post_t *post)
     struct hcclRequest *req = (struct hcclRequest *)((char *)post - offsetof(struct hcclRequest, post));
     struct hcclComm *comm = req->owner;
     bool p2p = req->coll == HCCL_COLL_SEND || req->coll == HCCL_COLL_RECV;
-    hccl_timer_t *timer = NULL;
     hcclResult_t res, err = atomic_load(&comm->async_error);
 
     if (err != hcclSuccess) {
@@ -375,17 +396,17 @@ static void coll_on_post(hccl_post_t *post)
         hccl_request_describe(req, false, what, sizeof(what));
         snprintf(text, sizeof(text), "%s (%zu x %s) not started: the communicator had failed: %s",
                  what, req->count, hccl_dtype_name(req->dtype), msg);
-        coll_finish(comm, req, err, text);
+        hccl_coll_finish(comm, req, err, text);
         return;
     }
-    if (comm->params.exec_timeout_ms > 0) {
-        res = hccl_timer_create(comm->reactor, coll_on_timeout, req, &timer);
-        if (res != hcclSuccess) {
-            coll_finish(comm, req, res, hccl_error_last());
-            return;
-        }
-        hccl_timer_arm(timer, comm->params.exec_timeout_ms);
-        req->timer = timer;
+    res = hccl_coll_arm_timeout(comm, req);
+    if (res != hcclSuccess) {
+        hccl_coll_finish(comm, req, res, hccl_error_last());
+        return;
+    }
+    if (hccl_coll_lane_takes(comm, req->coll, req->count * hccl_dtype_size((hcclDataType_t)req->dtype))) {
+        hccl_coll_lane_start(comm, req);
+        return;
     }
     if (comm->params.check && !p2p)
         coll_start_checked(comm, req);
@@ -523,6 +544,21 @@ static hcclResult_t check_blocking(struct hcclComm *comm, const char *fn)
 
 /* ---- entry points ---- */
 
+static hcclResult_t allreduce_args(const char *fn, const void *sendbuf, const void *recvbuf,
+                                   size_t count, hcclDataType_t datatype, hcclRedOp_t op,
+                                   hcclComm_t comm, hcclRequest_t *req_p, size_t *bytes_p)
+{
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, &op));
+    HCCL_CHECK(check_bytes(fn, count, 1, datatype, bytes_p));
+    if (count > 0 && (!sendbuf || !recvbuf))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
+                         sendbuf ? "recvbuf" : "sendbuf", count);
+    if (sendbuf != recvbuf && hccl_ranges_overlap(sendbuf, *bytes_p, recvbuf, *bytes_p))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being equal "
+                                              "(in-place needs sendbuf == recvbuf)", fn);
+    return hcclSuccess;
+}
+
 HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, size_t count,
                                          hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm,
                                          hcclRequest_t *req_p)
@@ -531,14 +567,7 @@ HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, siz
     coll_call_t c = {HCCL_COLL_ALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, NULL};
     size_t bytes = 0;
 
-    HCCL_CHECK(check_common(comm, fn, req_p, datatype, &op));
-    HCCL_CHECK(check_bytes(fn, count, 1, datatype, &bytes));
-    if (count > 0 && (!sendbuf || !recvbuf))
-        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
-                         sendbuf ? "recvbuf" : "sendbuf", count);
-    if (sendbuf != recvbuf && hccl_ranges_overlap(sendbuf, bytes, recvbuf, bytes))
-        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being equal "
-                                              "(in-place needs sendbuf == recvbuf)", fn);
+    HCCL_CHECK(allreduce_args(fn, sendbuf, recvbuf, count, datatype, op, comm, req_p, &bytes));
     return coll_submit(comm, fn, &c, req_p);
 }
 
@@ -546,8 +575,19 @@ HCCL_API hcclResult_t hcclAllReduce(const void *sendbuf, void *recvbuf, size_t c
                                     hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm)
 {
     hcclRequest_t req = NULL;
+    size_t bytes = 0;
+    hcclResult_t res;
 
     HCCL_CHECK(check_blocking(comm, "hcclAllReduce"));
+    if (comm->lane) {
+        res = allreduce_args("hcclAllReduce", sendbuf, recvbuf, count, datatype, op, comm, &req, &bytes);
+        if (res != hcclSuccess || (hccl_coll_lane_takes(comm, HCCL_COLL_ALLREDUCE, bytes) &&
+                                   hccl_coll_lane_blocking(comm, HCCL_COLL_ALLREDUCE, sendbuf, recvbuf,
+                                                           count, datatype, op, &res))) {
+            tl_blocking_call = false;
+            return res;
+        }
+    }
     return coll_block(hcclAllReduceAsync(sendbuf, recvbuf, count, datatype, op, comm, &req), &req);
 }
 
@@ -775,7 +815,14 @@ HCCL_API hcclResult_t hcclBarrier(hcclComm_t comm)
 {
     hcclRequest_t req = NULL;
 
+    hcclResult_t res;
+
     HCCL_CHECK(check_blocking(comm, "hcclBarrier"));
+    if (hccl_coll_lane_takes(comm, HCCL_COLL_BARRIER, 0) &&
+        hccl_coll_lane_blocking(comm, HCCL_COLL_BARRIER, NULL, NULL, 0, hcclUint8, hcclSum, &res)) {
+        tl_blocking_call = false;
+        return res;
+    }
     return coll_block(hcclBarrierAsync(comm, &req), &req);
 }
 

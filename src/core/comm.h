@@ -6,6 +6,7 @@
 #include "core/core.h"
 #include "links/link.h"
 #include "reactor/reactor.h"
+#include "sched/lane.h"
 #include "sched/sched.h"
 
 #define HCCL_COMM_MAGIC 0x4d4d4f43u /* "COMM" */
@@ -95,6 +96,7 @@ struct hcclComm {
     int *node_of;                    /* [nranks]: host index of every rank (first rank's index) */
     hccl_card_t *cards;              /* owned, [nranks] */
     hccl_exec_t *exec;               /* owned */
+    hccl_lane_t *lane;               /* owned; NULL where small collectives take plans too */
     hccl_plan_cache_t *plans;        /* owned; reactor thread only */
     hccl_tuner_t tuner;
     bool model_measured;             /* the tuner's constants come from hccl_comm_calibrate */
@@ -132,6 +134,21 @@ void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char
 hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn);
 /* Whether [a, a + alen) and [b, b + blen) share a byte (empty ranges share none). */
 bool hccl_ranges_overlap(const void *a, size_t alen, const void *b, size_t blen);
+/* Reactor thread: req ends with res (msg: its failure text); the communicator's count drops. */
+void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t res, const char *msg);
+/* Reactor thread: the exec timeout's timer for req, where one is set. */
+hcclResult_t hccl_coll_arm_timeout(struct hcclComm *comm, struct hcclRequest *req);
+/* Whether the lane takes this call (the same answer on every rank: settings they share). */
+bool hccl_coll_lane_takes(const struct hcclComm *comm, int coll, size_t bytes);
+/* Reactor thread: req goes on the lane (coll_lane.c). */
+void hccl_coll_lane_start(struct hcclComm *comm, struct hcclRequest *req);
+/*
+ * A blocking AllReduce or Barrier that the lane takes, run on the calling thread while the
+ * lane has nothing else queued: true with its result in *res_p; false where the caller posts
+ * a request instead (nothing was started).
+ */
+bool hccl_coll_lane_blocking(struct hcclComm *comm, int coll, const void *sendbuf, void *recvbuf,
+                             size_t count, hcclDataType_t dtype, hcclRedOp_t op, hcclResult_t *res_p);
 /* Queues req (filled in by the caller) on comm's reactor. */
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req);
 /* "allreduce seq 12" or "send #3 to rank 5"; detail adds " (1024 x float32, sum)" and the like. */

@@ -155,6 +155,8 @@ typedef struct hccl_params {
     size_t cma_threshold;            /* shm: messages of at least this many bytes go single-copy */
     size_t shm_pull_max;             /* shm: offers up to this are pulled through the ring */
     bool recv_reduce;                /* a receive feeding a reduce reduces as it arrives */
+    size_t lane_max;                 /* HCCL_LANE_MAX: AllReduces up to this take the shm lane;
+                                        SIZE_MAX: chosen by the communicator */
     char host_id[HCCL_NAME_STRLEN];  /* HCCL_HOST_ID override of host identity, "" = detect */
     int check;                       /* HCCL_CHECK: compare every collective's signature first */
     int calibrate;                   /* HCCL_CALIBRATE: measure the tuner's constants at start */

@@ -160,6 +160,28 @@ static void put_links(FILE *f, const struct hcclComm *comm)
     }
 }
 
+/* The lane's queue (sched/lane.h); returns how many operations it holds. */
+static int put_lane(FILE *f, struct hcclComm *comm)
+{
+    int n = 0;
+    char peers[256];
+
+    if (!comm->lane)
+        return 0;
+    for (const hccl_lane_op_t *op = hccl_lane_first(comm->lane); op; op = op->next, n++) {
+        fprintf(f, "  request %s seq %llu (%zu x %s", hccl_coll_name((hccl_coll_t)op->coll),
+                (unsigned long long)op->seq, op->count, hccl_dtype_name(op->dtype));
+        if (op->coll == HCCL_COLL_ALLREDUCE)
+            fprintf(f, ", %s", hccl_op_name(op->op));
+        hccl_lane_waiting_for(comm->lane, op, peers, sizeof(peers));
+        if (peers[0])
+            fprintf(f, "): shm lane, waiting on ranks %s\n", peers);
+        else
+            fprintf(f, "): shm lane, queued behind the operations above\n");
+    }
+    return n;
+}
+
 /* The whole report of one communicator, into f (a memory stream: out is written unlocked). */
 static void dump_comm(struct hcclComm *comm, FILE *f)
 {
@@ -189,6 +211,7 @@ static void dump_comm(struct hcclComm *comm, FILE *f)
         for (const struct hcclRequest *q = comm->self_recvs; q; q = q->next_self)
             fprintf(f, "  request recv #%llu from rank %d (itself): waiting for its send\n",
                     (unsigned long long)(q->seq & ~HCCL_P2P_SEQ_BIT), comm->rank);
+        runs += put_lane(f, comm);
         hccl_reactor_leave(comm->reactor);
         if (outstanding > runs)
             fprintf(f, "  %d request%s outstanding without a plan in flight (queued for the "

@@ -18,7 +18,7 @@ static const char *const known_vars[] = {
     "HCCL_BUFFSIZE",     "HCCL_LINKS",         "HCCL_SOCKET_IFNAME", "HCCL_NSOCKS",
     "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
-    "HCCL_REDUCE_ISA",   "HCCL_RECV_REDUCE",   "HCCL_SHM_PULL_MAX",
+    "HCCL_REDUCE_ISA",   "HCCL_RECV_REDUCE",   "HCCL_SHM_PULL_MAX", "HCCL_LANE_MAX",
     "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",
     "HCCL_IB_HCA",       "HCCL_IB_GID_INDEX",
 };
@@ -35,6 +35,8 @@ static const char *const unsupported_vars[] = {
 /* Up to here an offered message whose receive is posted may go through the ring instead of a
  * single-copy read; the receiver times both and takes the faster (see hccl_stream_t.pull_max). */
 #define HCCL_DEFAULT_SHM_PULL_MAX (1u << 20)
+/* AllReduces up to HCCL_LANE_MAX take the shm lane (sched/lane.h); -1: the communicator's choice. */
+#define HCCL_DEFAULT_LANE_MAX (-1)
 /* A sleep and wake-up through an fd costs about 27 us here: polling up to twice that first
  * bounds the loss to a factor of two whatever the gap. */
 #define HCCL_DEFAULT_SPIN_US 50
@@ -186,6 +188,8 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     p->cma_threshold = (size_t)hccl_param_env_long("HCCL_CMA_THRESHOLD", HCCL_DEFAULT_CMA_THRESHOLD);
     p->recv_reduce = hccl_param_env_long("HCCL_RECV_REDUCE", 1) != 0;
     p->shm_pull_max = (size_t)hccl_param_env_long("HCCL_SHM_PULL_MAX", HCCL_DEFAULT_SHM_PULL_MAX);
+    p->lane_max = getenv("HCCL_LANE_MAX") ? (size_t)hccl_param_env_long("HCCL_LANE_MAX", 0)
+                                          : (size_t)HCCL_DEFAULT_LANE_MAX;
     env_string("HCCL_ALGO", p->algo, sizeof(p->algo));
     env_string("HCCL_LINKS", p->links, sizeof(p->links));
     env_string("HCCL_SOCKET_IFNAME", p->ifname, sizeof(p->ifname));
@@ -212,8 +216,9 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     }
     HCCL_INFO(HCCL_SUB_INIT,
               "params: connect timeout %d ms, exec timeout %d ms, algo '%s', buffsize %zu B, "
-              "links '%s', ifname '%s', cma threshold %zu B, shm pull max %zu B, recv reduce %d",
+              "links '%s', ifname '%s', cma threshold %zu B, shm pull max %zu B, recv reduce %d, "
+              "lane max %zd B",
               p->connect_timeout_ms, p->exec_timeout_ms, p->algo, p->buffsize, p->links, p->ifname,
-              p->cma_threshold, p->shm_pull_max, (int)p->recv_reduce);
+              p->cma_threshold, p->shm_pull_max, (int)p->recv_reduce, (ssize_t)p->lane_max);
     return hcclSuccess;
 }

@@ -87,9 +87,10 @@ void hccl_config_describe(const hccl_params_t *p, char *out, size_t len)
              "HCCL_LINKS=%s\n"
              "HCCL_CHECK=%d\n"
              "HCCL_CALIBRATE=%d\n"
-             "HCCL_COST_MODEL=%s\n",
+             "HCCL_COST_MODEL=%s\n"
+             "HCCL_LANE_MAX=%zd\n",
              HCCL_MAJOR, HCCL_MINOR, HCCL_PATCH, HCCL_WIRE_VERSION, p->algo, p->buffsize, p->links,
-             p->check, p->calibrate, p->cost_model);
+             p->check, p->calibrate, p->cost_model, (ssize_t)p->lane_max);
 }
 
 /* The next "KEY=value" line of *s: key and value spans; false at the end. */

@@ -183,6 +183,27 @@ extern const hccl_link_ops_t hccl_link_tcp_ops;
 extern const hccl_link_ops_t hccl_link_rdma_ops;
 #endif
 
+/*
+ * ---- the shm lane: per lane operation, every rank of a one-host communicator publishes one
+ * small block that every other rank reads in place (shm_lane.c). Operations take turns in two
+ * slots, so a rank may publish operation k only once it has read every block of k - 1: then
+ * everyone has read what k - 2 left in the slot it reuses. Reactor thread (or its driver).
+ */
+#define HCCL_LANE_CAP 8192 /* the largest block */
+/* Whether every other rank of nranks is reached by this shm context. */
+bool hccl_shm_lane_reaches_all(void *shm_ctx, int nranks);
+/* rank's block of lane operation lseq: where we write ours, or read a peer's once published. */
+void *hccl_shm_lane_block(void *shm_ctx, int rank, uint64_t lseq);
+/* Publishes our block of lseq, with the call's sequence number and signature; peers that sleep
+ * are rung. */
+void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint32_t sig);
+/* Whether rank has published its block of lseq; if so, what it called. */
+bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *coll_seq, uint32_t *sig);
+/* Whether rank sent a plan's message of collective coll_seq (a call the lane does not take). */
+bool hccl_shm_lane_plan_sent(void *shm_ctx, int rank, uint64_t coll_seq, uint32_t *sig);
+/* fn(arg) runs on the reactor after every doorbell: a block may have arrived. */
+void hccl_shm_lane_on_bell(void *shm_ctx, bool (*fn)(void *arg), void *arg);
+
 /* ---- sim: every rank in one process, for unit tests ---- */
 typedef struct hccl_sim_world hccl_sim_world_t;
 hcclResult_t hccl_sim_world_create(hccl_reactor_t *r, int nranks, hccl_sim_world_t **w_p);

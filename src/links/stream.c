@@ -713,6 +713,16 @@ static void fail_queue(hccl_stream_t *s, hccl_xfer_queue_t *q, hcclResult_t res)
         hccl_xfer_complete_later(s->reactor, x, res);
 }
 
+bool hccl_stream_holds(const hccl_stream_t *s, uint64_t seq, uint32_t *sig)
+{
+    for (const hccl_unexp_t *u = s->unexp_head; u; u = u->next)
+        if (u->f.seq == seq) {
+            *sig = u->f.sig;
+            return true;
+        }
+    return false;
+}
+
 bool hccl_stream_closed_cleanly(const hccl_stream_t *s)
 {
     return s->peer_bye && !s->failed && !s->posted.head && !s->await_fin.head && !s->rx_xfer &&

@@ -158,6 +158,8 @@ hcclResult_t hccl_stream_tx(hccl_stream_t *s);
 /* Reads and dispatches until nothing is left, or max_bytes were read. */
 hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes);
 bool hccl_stream_tx_pending(const hccl_stream_t *s);
+/* Whether a message of collective seq arrived with no receive for it (its signature in *sig). */
+bool hccl_stream_holds(const hccl_stream_t *s, uint64_t seq, uint32_t *sig);
 /* The peer said goodbye and nothing waits on it: its EOF is a clean close, not a failure. */
 bool hccl_stream_closed_cleanly(const hccl_stream_t *s);
 /* Queues the goodbye of a graceful close (then hccl_stream_tx flushes it). */

@@ -194,7 +194,7 @@ static void *reactor_thread_main(void *arg)
 /* How long a driving waiter polls without a system call before it yields between polls. */
 #define HELP_RELAX_NS 5000
 
-bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
+bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h)
 {
     const hccl_reactor_t *outer = tl_running;
     int64_t idle_since;
@@ -212,8 +212,11 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
     reactor_set_polling(r, true);
     idle_since = 0; /* set after the first idle rounds */
     relax = !r->cores_shared;
-    for (unsigned idle = 0; __atomic_load_n(state, __ATOMIC_ACQUIRE) != done;) {
-        if (reactor_poll_once(r)) {
+    for (unsigned idle = 0;;) {
+        bool moved = reactor_poll_once(r);
+        if (h->done(h->arg))
+            break;
+        if (moved) {
             idle = 0;
             relax = !r->cores_shared;
             continue;
@@ -221,10 +224,13 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
         /* The clock is read once per 8 idle rounds, not on every step that moves. */
         if ((++idle & 7) == 0) {
             int64_t now = hccl_now_ns();
-            if (idle == 8)
+            if (idle == 8) {
                 idle_since = now;
-            else if (now - idle_since > r->wait_spin_ns)
+            } else if (now - idle_since > r->wait_spin_ns) {
+                if (h->give_up)
+                    h->give_up(h->arg);
                 break;
+            }
             relax = relax && now - idle_since < HELP_RELAX_NS;
         }
         /* Where ranks share cores, yielding is what lets the rank we wait for run. Otherwise a
@@ -252,6 +258,27 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
     tl_running = outer;
     pthread_mutex_unlock(&r->prog_mtx);
     return true;
+}
+
+typedef struct {
+    const int *state;
+    int done;
+} help_state_t;
+
+static bool help_state_done(void *arg)
+{
+    const help_state_t *w = arg;
+
+    return __atomic_load_n(w->state, __ATOMIC_ACQUIRE) == w->done;
+}
+
+bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
+{
+    help_state_t w = {state, done};
+
+    if (__atomic_load_n(state, __ATOMIC_ACQUIRE) == done)
+        return true;
+    return hccl_reactor_help_until(r, &(hccl_help_t){help_state_done, NULL, &w});
 }
 
 void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post)

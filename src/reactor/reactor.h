@@ -81,6 +81,14 @@ void hccl_reactor_set_cores_shared(hccl_reactor_t *r, bool shared);
  * progress. False when it could not (then the caller just waits).
  */
 bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done);
+/* The same for any condition: done(arg) after each look at the posts and pollers; give_up(arg),
+ * if set, when the spin bound passes first. Both run with the reactor's work held. */
+typedef struct {
+    bool (*done)(void *arg);
+    void (*give_up)(void *arg);
+    void *arg;
+} hccl_help_t;
+bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h);
 /* Posts without waking the progress thread when the caller is about to help (a blocking call). */
 void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post);
 /* Posts, and runs the post queue on the calling thread when nobody else is running it (and
@@ -121,6 +129,7 @@ struct hcclRequest {
     void *owner;                    /* borrowed: what runs the request (the communicator) */
     void *timer;                    /* owned by the communicator: the exec timeout, or NULL */
     void *run;                      /* borrowed: the executor's run while it is in flight */
+    void *lane_op;                  /* owned by the lane while queued there (sched/lane.h) */
     uint64_t seq;                   /* collective sequence number */
     int64_t deadline_ms;            /* exec timeout, 0 = none */
     /* the call */

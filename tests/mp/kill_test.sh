@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# kill_test.sh HCCL_RUN MP_ALLREDUCE NRANKS VICTIM
-# The victim dies by SIGKILL inside a 64 MiB AllReduce; every survivor must
-# report hcclRemoteError (and abort cleanly) well within the launcher's grace.
+# kill_test.sh HCCL_RUN MP_ALLREDUCE NRANKS VICTIM [--kill-rank|--kill-small]
+# The victim dies by SIGKILL inside a 64 MiB AllReduce (--kill-small: between
+# small blocking ones, which take the shm lane); every survivor must report
+# hcclRemoteError (and abort cleanly) well within the launcher's grace.
 set -u
-run=$1 prog=$2 n=$3 victim=$4
-out=$(HCCL_RUN_GRACE_S=20 timeout 90 "$run" -n "$n" --timeout 60 --tag-output "$prog" --kill-rank "$victim" 2>&1)
+run=$1 prog=$2 n=$3 victim=$4 mode=${5:---kill-rank}
+out=$(HCCL_RUN_GRACE_S=20 timeout 90 "$run" -n "$n" --timeout 60 --tag-output "$prog" "$mode" "$victim" 2>&1)
 rc=$?
 echo "$out"
 ok=$(grep -c "survivor ok" <<<"$out")

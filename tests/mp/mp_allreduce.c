@@ -6,8 +6,10 @@
  *   mp_allreduce [--max-bytes N]      every rank exits 0 when all results are right
  *   mp_allreduce --kill-rank K        rank K dies by SIGKILL inside a large AllReduce;
  *                                     every other rank must get hcclRemoteError quickly
+ *   mp_allreduce --kill-small K       the same between small blocking AllReduces (the shm lane)
  */
 #include <math.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -134,6 +136,84 @@ static int check_inflight(hcclComm_t comm, int rank, int n)
     return bad;
 }
 
+/* Small AllReduces and Barriers queued behind each other and behind large ones, then blocking
+ * ones: the lane and the plans each keep the call order. */
+static int check_mixed(hcclComm_t comm, int rank, int n)
+{
+    enum { K = 9, BIG = 300000 };
+    hcclRequest_t reqs[K];
+    int32_t small[K][3], v = rank;
+    float *big[K] = {0};
+    int bad = 0;
+
+    for (int k = 0; k < K; k++) {
+        if (k % 3 == 1) {
+            big[k] = malloc(BIG * sizeof(float));
+            for (size_t i = 0; i < BIG; i++)
+                big[k][i] = (float)(rank + k);
+            CHECK(hcclAllReduceAsync(big[k], big[k], BIG, hcclFloat32, hcclSum, comm, &reqs[k]));
+        } else if (k == 5) {
+            CHECK(hcclBarrierAsync(comm, &reqs[k]));
+        } else {
+            for (int i = 0; i < 3; i++)
+                small[k][i] = rank * 100 + k * 10 + i;
+            CHECK(hcclAllReduceAsync(small[k], small[k], 3, hcclInt32, hcclSum, comm, &reqs[k]));
+        }
+    }
+    CHECK(hcclAllReduce(&v, &v, 1, hcclInt32, hcclSum, comm)); /* behind the queued ones */
+    CHECK(hcclBarrier(comm));
+    for (int k = 0; k < K; k++)
+        CHECK(hcclWait(&reqs[k]));
+    bad += v != n * (n - 1) / 2;
+    for (int k = 0; k < K; k++) {
+        if (big[k]) {
+            float want = (float)(n * (n - 1) / 2 + n * k);
+            bad += big[k][0] != want || big[k][BIG - 1] != want;
+            free(big[k]);
+        } else if (k != 5) {
+            for (int i = 0; i < 3; i++)
+                bad += small[k][i] != 100 * (n * (n - 1) / 2) + n * (k * 10 + i);
+        }
+    }
+    if (bad)
+        fprintf(stderr, "rank %d: %d wrong results among small and large collectives in flight\n", rank, bad);
+    return bad;
+}
+
+/* A survivor's report: the error and how long it took to come. */
+static int survivor_report(hcclComm_t comm, int rank, hcclResult_t res, double t0)
+{
+    printf("rank %d: %s after %.3f s: %s\n", rank, hcclGetErrorString(res), now_s() - t0,
+           hcclGetLastError(NULL));
+    if (res != hcclRemoteError)
+        return 1;
+    hcclCommGetAsyncError(comm, &res);
+    if (res != hcclRemoteError)
+        return 1;
+    CHECK(hcclCommAbort(comm));
+    printf("rank %d: survivor ok\n", rank);
+    return 0;
+}
+
+/* The victim dies between small blocking AllReduces; the others are inside one or enter one. */
+static int run_kill_small(hcclComm_t comm, int rank, int n, int victim)
+{
+    hcclResult_t res = hcclSuccess;
+    double t0 = now_s();
+
+    for (int i = 0; res == hcclSuccess; i++) {
+        int32_t v = rank;
+        if (rank == victim && i == 500)
+            raise(SIGKILL);
+        res = hcclAllReduce(&v, &v, 1, hcclInt32, hcclSum, comm);
+        if (res == hcclSuccess && v != n * (n - 1) / 2) {
+            fprintf(stderr, "rank %d: AllReduce %d gave %d\n", rank, i, (int)v);
+            return 1;
+        }
+    }
+    return survivor_report(comm, rank, res, t0);
+}
+
 static int run_kill(hcclComm_t comm, int rank, int victim)
 {
     size_t count = 16u << 20; /* 64 MiB of float32 */
@@ -157,36 +237,30 @@ static int run_kill(hcclComm_t comm, int rank, int victim)
         /* The victim may have finished its part before dying; the next one cannot succeed. */
         res = hcclAllReduce(buf, buf, count, hcclFloat32, hcclSum, comm);
     }
-    printf("rank %d: %s after %.3f s: %s\n", rank, hcclGetErrorString(res), now_s() - t0,
-           hcclGetLastError(NULL));
-    if (res != hcclRemoteError)
-        return 1;
-    hcclCommGetAsyncError(comm, &res);
-    if (res != hcclRemoteError)
-        return 1;
-    CHECK(hcclCommAbort(comm));
-    printf("rank %d: survivor ok\n", rank);
     free(buf);
-    return 0;
+    return survivor_report(comm, rank, res, t0);
 }
 
 int main(int argc, char **argv)
 {
     size_t max_bytes = 64u << 20;
     int victim = -1, n, bad = 0;
+    bool small = false;
     hcclComm_t comm;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc)
             max_bytes = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--kill-rank") && i + 1 < argc)
+        else if ((!strcmp(argv[i], "--kill-rank") || !strcmp(argv[i], "--kill-small")) && i + 1 < argc) {
+            small = !strcmp(argv[i], "--kill-small");
             victim = atoi(argv[++i]);
+        }
     }
     CHECK(hcclCommInitFromEnv(&comm));
     CHECK(hcclCommUserRank(comm, &g_rank));
     CHECK(hcclCommCount(comm, &n));
     if (victim >= 0)
-        return run_kill(comm, g_rank, victim);
+        return small ? run_kill_small(comm, g_rank, n, victim) : run_kill(comm, g_rank, victim);
 
     CHECK(hcclAllReduce(NULL, NULL, 0, hcclFloat32, hcclSum, comm)); /* count 0 */
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= 8) {
@@ -203,6 +277,7 @@ int main(int argc, char **argv)
     }
     bad += check_float(comm, g_rank, n, max_bytes / 4, hcclFloat32);
     bad += check_inflight(comm, g_rank, n);
+    bad += check_mixed(comm, g_rank, n);
     CHECK(hcclCommDestroy(comm));
     printf("rank %d: %s\n", g_rank, bad ? "FAILED" : "all checks passed");
     return bad ? 1 : 0;

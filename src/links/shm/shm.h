@@ -45,6 +45,23 @@ typedef struct {
     _Alignas(64) _Atomic uint32_t polling; /* its progress thread spins: senders need not ring */
 } shm_seg_hdr_t;
 
+/*
+ * The small-collective lane (shm_lane.c): two slots after the segment's head, used in turn by
+ * lane operations. The owner writes its block and then seq; the sequence number shares the
+ * block's first cache line, so that a reader of a small block waits on one line only.
+ */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t seq; /* 1 + the lane operation whose block data holds; 0: none */
+    uint64_t coll_seq;                 /* its collective sequence number and signature, */
+    uint32_t sig;                      /* which every reader compares with its own */
+    uint32_t reserved;
+    unsigned char data[HCCL_LANE_CAP];
+} shm_lane_slot_t;
+
+#define SHM_LANE_AREA_BYTES ((2 * sizeof(shm_lane_slot_t) + 4095) & ~(size_t)4095)
+/* Where the rings start in a segment. */
+#define SHM_RINGS_OFFSET (SHM_SEG_HDR_BYTES + SHM_LANE_AREA_BYTES)
+
 typedef struct shm_conn {
     hccl_conn_t conn;          /* conn.priv points back here */
     struct shm_ctx *ctx;       /* borrowed */
@@ -77,9 +94,13 @@ typedef struct shm_ctx {
     shm_conn_t **conns;        /* [nranks], owned */
     int *active;               /* ranks with a connection */
     int nactive;
+    bool (*bell_hook)(void *arg); /* runs after each doorbell (the lane's progress) */
+    void *bell_hook_arg;
 } shm_ctx_t;
 
 size_t hccl_shm_slot_bytes(size_t ring_bytes);
+/* Rings a doorbell eventfd (fd < 0: closed, nothing to ring). */
+void hccl_shm_ring_bell(int fd);
 /* Bytes held by a ring of size bytes whose counters read head and tail; false if impossible. */
 bool hccl_shm_ring_used(uint64_t head, uint64_t tail, size_t size, size_t *used);
 /* A peer's card from the rank table: NULL if usable, else why not. */

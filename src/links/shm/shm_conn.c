@@ -65,7 +65,7 @@ hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob)
     int fd;
 
     ctx->ring_bytes = env->params->buffsize;
-    ctx->seg_bytes = SHM_SEG_HDR_BYTES + (size_t)env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
+    ctx->seg_bytes = SHM_RINGS_OFFSET + (size_t)env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
     hccl_shm_reclaim_stale();
     HCCL_CHECK(hccl_shm_seg_name(ctx->seg_name, sizeof(ctx->seg_name)));
     fd = shm_open(ctx->seg_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -142,7 +142,7 @@ static hcclResult_t shm_map_peer(shm_ctx_t *ctx, shm_conn_t *sc, const shm_card_
         return HCCL_FAIL(hcclInvalidUsage, "rank %d: shm: rank %d uses rings of %llu bytes, this rank "
                                            "%zu (HCCL_BUFFSIZE must be the same on every rank)", me,
                          sc->conn.peer, (unsigned long long)card->ring_bytes, ctx->ring_bytes);
-    want = SHM_SEG_HDR_BYTES + (size_t)ctx->env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
+    want = SHM_RINGS_OFFSET + (size_t)ctx->env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
     fd = shm_open(card->seg, O_RDWR | O_CLOEXEC, 0);
 
     /* The name lives until every local peer has mapped it: gone now, its owner has given up. */
@@ -166,9 +166,9 @@ static hcclResult_t shm_map_peer(shm_ctx_t *ctx, shm_conn_t *sc, const shm_card_
                          sc->conn.peer, strerror(errno));
     }
     sc->peer_seg_bytes = want;
-    sc->tx_ring = (shm_ring_hdr_t *)((char *)sc->peer_seg + SHM_SEG_HDR_BYTES +
+    sc->tx_ring = (shm_ring_hdr_t *)((char *)sc->peer_seg + SHM_RINGS_OFFSET +
                                      (size_t)me * hccl_shm_slot_bytes(card->ring_bytes));
-    sc->rx_ring = (shm_ring_hdr_t *)((char *)ctx->seg + SHM_SEG_HDR_BYTES +
+    sc->rx_ring = (shm_ring_hdr_t *)((char *)ctx->seg + SHM_RINGS_OFFSET +
                                      (size_t)sc->conn.peer * hccl_shm_slot_bytes(ctx->ring_bytes));
     return hcclSuccess;
 }

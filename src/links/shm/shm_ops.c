@@ -19,7 +19,7 @@ static char *ring_data(shm_ring_hdr_t *r)
     return (char *)r + SHM_RING_HDR_BYTES;
 }
 
-static void ring_bell(int fd)
+void hccl_shm_ring_bell(int fd)
 {
     uint64_t one = 1;
 
@@ -56,7 +56,7 @@ static void shm_ring_release(shm_conn_t *sc, shm_ring_hdr_t *r, uint64_t tail, s
     /* Pairs with the producer's flag-then-recheck: one of us sees the other. */
     if (atomic_load_explicit(&r->producer_waiting, memory_order_seq_cst) &&
         atomic_exchange(&r->producer_waiting, 0))
-        ring_bell(sc->peer_bell);
+        hccl_shm_ring_bell(sc->peer_bell);
 }
 
 static ssize_t shm_io_peek(hccl_stream_t *s, const void **data)
@@ -147,7 +147,7 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
     /* Pairs with the receiver's flag-clear-then-look (shm_set_polling, then shm_poll). */
     atomic_thread_fence(memory_order_seq_cst);
     if (!atomic_load_explicit(&((shm_seg_hdr_t *)sc->peer_seg)->polling, memory_order_relaxed))
-        ring_bell(sc->peer_bell);
+        hccl_shm_ring_bell(sc->peer_bell);
     return (ssize_t)done;
 }
 
@@ -259,6 +259,15 @@ static void shm_progress_all(shm_ctx_t *ctx)
     hccl_reactor_leave(ctx->env->reactor);
 }
 
+static void shm_run_bell_hook(shm_ctx_t *ctx)
+{
+    if (!ctx->bell_hook)
+        return;
+    hccl_reactor_enter(ctx->env->reactor);
+    ctx->bell_hook(ctx->bell_hook_arg);
+    hccl_reactor_leave(ctx->env->reactor);
+}
+
 static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
 {
     uint64_t v;
@@ -267,6 +276,7 @@ static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         HCCL_WARN("shm: read(doorbell): %s", strerror(errno));
     shm_progress_all(arg);
+    shm_run_bell_hook(arg);
 }
 
 static void shm_on_more(evutil_socket_t fd, short what, void *arg)

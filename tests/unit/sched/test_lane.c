@@ -1,0 +1,353 @@
+/*
+ * The shm lane with every rank in this process: each rank's shm context is built by hand over
+ * heap "segments" that the others map as their peers', so the lane's own code (slots, turns,
+ * rank-order reduction, queueing, failure) runs as between processes, driven round-robin.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "algos/algos.h"
+#include "links/shm/shm.h"
+#include "reference.h"
+#include "sched/lane.h"
+
+#define MAXR 8
+
+typedef struct {
+    int n;
+    hccl_link_env_t env[MAXR];
+    shm_ctx_t ctx[MAXR];
+    shm_conn_t conn[MAXR][MAXR];
+    shm_conn_t *conns[MAXR][MAXR];
+    int active[MAXR][MAXR];
+    void *seg[MAXR];
+    hccl_lane_t *lane[MAXR];
+    char fatal[MAXR][512]; /* what on_fatal said, per rank */
+} world_t;
+
+static void on_fatal(void *arg, hcclResult_t res, const char *msg)
+{
+    assert_int_equal(res, hcclInvalidUsage);
+    snprintf(arg, 512, "%s", msg);
+}
+
+static world_t *world_new(int n, size_t max_bytes)
+{
+    world_t *w = calloc(1, sizeof(*w));
+
+    assert_non_null(w);
+    w->n = n;
+    for (int r = 0; r < n; r++) {
+        w->seg[r] = aligned_alloc(4096, SHM_RINGS_OFFSET);
+        assert_non_null(w->seg[r]);
+        memset(w->seg[r], 0, SHM_RINGS_OFFSET);
+    }
+    for (int r = 0; r < n; r++) {
+        shm_ctx_t *ctx = &w->ctx[r];
+        w->env[r].rank = r;
+        w->env[r].nranks = n;
+        ctx->env = &w->env[r];
+        ctx->seg = w->seg[r];
+        ctx->conns = w->conns[r];
+        ctx->active = w->active[r];
+        for (int p = 0; p < n; p++) {
+            if (p == r)
+                continue;
+            w->conn[r][p].peer_seg = w->seg[p];
+            w->conn[r][p].peer_bell = -1; /* nothing to ring: the test polls */
+            w->conns[r][p] = &w->conn[r][p];
+            ctx->active[ctx->nactive++] = p;
+        }
+        assert_true(hccl_shm_lane_reaches_all(ctx, n));
+        assert_int_equal(hccl_lane_create(ctx, r, n, max_bytes, on_fatal, &w->fatal[r], &w->lane[r]),
+                         hcclSuccess);
+    }
+    return w;
+}
+
+static void world_free(world_t *w)
+{
+    for (int r = 0; r < w->n; r++) {
+        hccl_lane_destroy(w->lane[r]);
+        free(w->seg[r]);
+    }
+    free(w);
+}
+
+typedef struct {
+    hccl_lane_op_t op;
+    int done;
+    hcclResult_t res;
+    char msg[256];
+} test_op_t;
+
+static void on_done(hccl_lane_op_t *op, hcclResult_t res, const char *msg)
+{
+    test_op_t *t = op->arg;
+
+    t->done++;
+    t->res = res;
+    snprintf(t->msg, sizeof(t->msg), "%s", msg ? msg : "");
+}
+
+static void op_init(test_op_t *t, int coll, const void *sbuf, void *rbuf, size_t count, hcclDataType_t dt,
+                    hcclRedOp_t op)
+{
+    memset(t, 0, sizeof(*t));
+    t->op.coll = coll;
+    t->op.sendbuf = sbuf;
+    t->op.recvbuf = rbuf;
+    t->op.count = count;
+    t->op.dtype = dt;
+    t->op.op = op;
+    t->op.done = on_done;
+    t->op.arg = t;
+}
+
+/* Polls every rank's lane until nothing moves; returns the rounds that moved. */
+static int drive(world_t *w)
+{
+    int rounds = 0;
+    bool moved;
+
+    do {
+        moved = false;
+        for (int r = 0; r < w->n; r++)
+            moved |= hccl_lane_poll(w->lane[r]);
+        rounds += moved;
+    } while (moved);
+    return rounds;
+}
+
+static const hcclDataType_t dtypes[] = {hcclInt8, hcclUint8, hcclInt32, hcclUint32, hcclInt64,
+                                        hcclUint64, hcclFloat16, hcclBfloat16, hcclFloat32, hcclFloat64};
+static const hcclRedOp_t ops[] = {hcclSum, hcclProd, hcclMax, hcclMin, hcclAvg};
+
+/* Every dtype and op at several rank counts, in place and not: right, and the same bits on
+ * every rank (each reduces in rank order). */
+static void test_allreduce_every_type(void **state)
+{
+    static const int counts[] = {1, 7, 1000};
+    const int ranks[] = {2, 3, 5, 8};
+
+    (void)state;
+    for (size_t ni = 0; ni < sizeof(ranks) / sizeof(ranks[0]); ni++) {
+        int n = ranks[ni];
+        world_t *w = world_new(n, HCCL_LANE_CAP);
+        unsigned seed = 1;
+        for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
+            for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++) {
+                for (size_t ci = 0; ci < 3; ci++, seed++) {
+                    hcclDataType_t dt = dtypes[di];
+                    size_t count = (size_t)counts[ci], esz = hccl_dtype_size(dt);
+                    bool in_place = seed & 1;
+                    void *sbuf[MAXR], *rbuf[MAXR];
+                    test_op_t t[MAXR];
+                    for (int r = 0; r < n; r++) {
+                        sbuf[r] = malloc(count * esz);
+                        rbuf[r] = in_place ? sbuf[r] : calloc(count, esz);
+                        for (size_t i = 0; i < count; i++)
+                            ref_store(sbuf[r], i, dt, ref_input(dt, ops[oi], r, i, seed));
+                        op_init(&t[r], HCCL_COLL_ALLREDUCE, sbuf[r], rbuf[r], count, dt, ops[oi]);
+                    }
+                    /* Ranks arrive one by one: nobody finishes before the last block. */
+                    for (int r = 0; r < n; r++) {
+                        hccl_lane_enqueue(w->lane[r], &t[r].op);
+                        drive(w);
+                        for (int q = 0; q <= r; q++)
+                            assert_int_equal(t[q].done, r == n - 1);
+                    }
+                    for (int r = 0; r < n; r++) {
+                        assert_int_equal(t[r].res, hcclSuccess);
+                        if (memcmp(rbuf[r], rbuf[0], count * esz) != 0)
+                            fail_msg("n=%d %s %s count %zu: rank %d's result differs from rank 0's", n,
+                                     hccl_dtype_name(dt), hccl_op_name(ops[oi]), count, r);
+                        for (size_t i = 0; i < count; i++) {
+                            double got = ref_load(rbuf[r], i, dt), want = ref_reduce(dt, ops[oi], n, i, seed);
+                            if (!ref_close(dt, got, want))
+                                fail_msg("n=%d %s %s count %zu elem %zu: got %g want %g", n,
+                                         hccl_dtype_name(dt), hccl_op_name(ops[oi]), count, i, got, want);
+                        }
+                    }
+                    for (int r = 0; r < n; r++) {
+                        if (!in_place)
+                            free(rbuf[r]);
+                        free(sbuf[r]);
+                    }
+                }
+            }
+        }
+        world_free(w);
+    }
+}
+
+/* Several operations queued at once on some ranks and one at a time on others: each is
+ * published only after the previous one completed, so the two slots are never overwritten
+ * while read, and results come out in order. */
+static void test_queued_in_order(void **state)
+{
+    enum { N = 4, K = 9 };
+    world_t *w = world_new(N, 64);
+    int32_t in[N][K][4], out[N][K][4];
+    test_op_t t[N][K];
+
+    (void)state;
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < K; k++) {
+            for (int i = 0; i < 4; i++)
+                in[r][k][i] = 1000 * k + 10 * r + i;
+            op_init(&t[r][k], k % 3 == 2 ? HCCL_COLL_BARRIER : HCCL_COLL_ALLREDUCE, in[r][k], out[r][k],
+                    4, hcclInt32, hcclSum);
+        }
+    /* Rank 0 queues everything, then the others come one operation at a time. */
+    for (int k = 0; k < K; k++)
+        hccl_lane_enqueue(w->lane[0], &t[0][k].op);
+    assert_false(hccl_lane_idle(w->lane[0]));
+    for (int k = 0; k < K; k++) {
+        for (int r = 1; r < N; r++)
+            hccl_lane_enqueue(w->lane[r], &t[r][k].op);
+        drive(w);
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < K; j++)
+                assert_int_equal(t[r][j].done, j <= k);
+    }
+    for (int r = 0; r < N; r++) {
+        assert_true(hccl_lane_idle(w->lane[r]));
+        for (int k = 0; k < K; k++) {
+            if (k % 3 == 2)
+                continue;
+            for (int i = 0; i < 4; i++)
+                assert_int_equal(out[r][k][i], N * (1000 * k + i) + 10 * (N * (N - 1) / 2));
+        }
+    }
+    world_free(w);
+}
+
+/* What a timeout reports, a driver handing its operation over, and failure. */
+static void test_wait_replace_fail(void **state)
+{
+    world_t *w = world_new(3, 64);
+    int32_t a = 1, b = 2, c = 3, ra = 0, rb = 0, rc = 0;
+    test_op_t t0, t0b, copy_holder, t1, t2;
+    hccl_lane_op_t *copy = malloc(sizeof(*copy));
+    char buf[128];
+
+    (void)state;
+    op_init(&t0, HCCL_COLL_ALLREDUCE, &a, &ra, 1, hcclInt32, hcclSum);
+    op_init(&t0b, HCCL_COLL_BARRIER, NULL, NULL, 0, hcclUint8, hcclSum);
+    hccl_lane_enqueue(w->lane[0], &t0.op);
+    hccl_lane_enqueue(w->lane[0], &t0b.op);
+    assert_true(hccl_lane_waiting_for(w->lane[0], &t0.op, buf, sizeof(buf)));
+    assert_string_equal(buf, "1, 2");
+    assert_true(hccl_lane_waiting_for(w->lane[0], &t0b.op, buf, sizeof(buf)));
+    assert_string_equal(buf, "");
+    op_init(&t2, HCCL_COLL_ALLREDUCE, &c, &rc, 1, hcclInt32, hcclSum);
+    hccl_lane_enqueue(w->lane[2], &t2.op);
+    drive(w);
+    assert_true(hccl_lane_waiting_for(w->lane[0], &t0.op, buf, sizeof(buf)));
+    assert_string_equal(buf, "1");
+    assert_false(hccl_lane_waiting_for(w->lane[1], &t0.op, buf, sizeof(buf)));
+
+    /* Rank 0's first operation changes hands: the copy is what completes. */
+    op_init(&copy_holder, 0, NULL, NULL, 0, hcclUint8, hcclSum);
+    hccl_lane_replace(w->lane[0], &t0.op, copy);
+    copy->arg = &copy_holder;
+    op_init(&t1, HCCL_COLL_ALLREDUCE, &b, &rb, 1, hcclInt32, hcclSum);
+    hccl_lane_enqueue(w->lane[1], &t1.op);
+    drive(w);
+    assert_int_equal(t0.done, 0);
+    assert_int_equal(copy_holder.done, 1);
+    assert_int_equal(ra, 6);
+    assert_int_equal(rb, 6);
+    assert_int_equal(rc, 6);
+    free(copy);
+
+    /* The barrier waits for the others; failure ends it and refuses what comes later. */
+    assert_int_equal(t0b.done, 0);
+    hccl_lane_fail_all(w->lane[0], hcclRemoteError, "rank 2 died");
+    assert_int_equal(t0b.done, 1);
+    assert_int_equal(t0b.res, hcclRemoteError);
+    assert_string_equal(t0b.msg, "rank 2 died");
+    assert_true(hccl_lane_idle(w->lane[0]));
+    op_init(&t0, HCCL_COLL_BARRIER, NULL, NULL, 0, hcclUint8, hcclSum);
+    hccl_lane_enqueue(w->lane[0], &t0.op);
+    assert_int_equal(t0.done, 1);
+    assert_int_equal(t0.res, hcclRemoteError);
+    world_free(w);
+}
+
+/* Ranks that called different collectives are told, on every rank that can see it. */
+static void test_mismatch(void **state)
+{
+    world_t *w = world_new(2, 64);
+    int32_t a[5] = {0}, b[5] = {0};
+    test_op_t t0, t1;
+    hccl_unexp_t held = {0};
+
+    (void)state;
+    op_init(&t0, HCCL_COLL_ALLREDUCE, a, a, 4, hcclInt32, hcclSum);
+    op_init(&t1, HCCL_COLL_ALLREDUCE, b, b, 5, hcclInt32, hcclSum);
+    hccl_lane_enqueue(w->lane[0], &t0.op);
+    hccl_lane_enqueue(w->lane[1], &t1.op);
+    drive(w);
+    assert_int_equal(t0.done + t1.done, 0);
+    for (int r = 0; r < 2; r++)
+        assert_non_null(strstr(w->fatal[r], "collective mismatch"));
+    assert_non_null(strstr(w->fatal[0], "collective mismatch at seq 0: rank 1 called allreduce(int32, sum)"));
+    hccl_lane_fail_all(w->lane[0], hcclInvalidUsage, w->fatal[0]);
+    hccl_lane_fail_all(w->lane[1], hcclInvalidUsage, w->fatal[1]);
+    assert_int_equal(t0.res, hcclInvalidUsage);
+    assert_int_equal(t1.res, hcclInvalidUsage);
+    world_free(w);
+
+    /* Rank 0 ran the call as a plan (it sent a message of that seq); rank 1 is on the lane. */
+    w = world_new(2, 64);
+    held.f.seq = 7;
+    held.f.sig = hccl_sig_make(HCCL_COLL_ALLREDUCE, hcclInt32, hcclSum, -1, 100000);
+    w->conn[1][0].stream.unexp_head = &held;
+    op_init(&t1, HCCL_COLL_BARRIER, NULL, NULL, 0, hcclUint8, hcclSum);
+    t1.op.seq = 7;
+    hccl_lane_enqueue(w->lane[1], &t1.op);
+    drive(w);
+    assert_int_equal(t1.done, 0);
+    assert_non_null(strstr(w->fatal[1], "collective mismatch at seq 7: rank 0 called allreduce"));
+    assert_non_null(strstr(w->fatal[1], "(it sent a message of it), this rank barrier()"));
+    w->conn[1][0].stream.unexp_head = NULL;
+    world_free(w);
+}
+
+static void test_takes(void **state)
+{
+    world_t *w = world_new(2, 100);
+
+    (void)state;
+    assert_false(hccl_lane_takes(NULL, HCCL_COLL_BARRIER, 0));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_BARRIER, 0));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 100));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 101));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 0));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 8));
+    world_free(w);
+    w = world_new(2, SIZE_MAX);
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, HCCL_LANE_CAP));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, HCCL_LANE_CAP + 1));
+    world_free(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_allreduce_every_type),
+        cmocka_unit_test(test_queued_in_order),
+        cmocka_unit_test(test_wait_replace_fail),
+        cmocka_unit_test(test_mismatch),
+        cmocka_unit_test(test_takes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
