@@ -94,7 +94,7 @@ typedef struct shm_ctx {
     shm_conn_t **conns;        /* [nranks], owned */
     int *active;               /* ranks with a connection */
     int nactive;
-    bool (*bell_hook)(void *arg); /* runs after each doorbell (the lane's progress) */
+    bool (*bell_hook)(void *arg); /* runs after the rings at each doorbell (the lane's progress) */
     void *bell_hook_arg;
 } shm_ctx_t;
 

@@ -251,20 +251,13 @@ static void shm_progress_all(shm_ctx_t *ctx)
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
         shm_progress_conn(sc, &more);
     }
+    if (ctx->bell_hook)
+        ctx->bell_hook(ctx->bell_hook_arg);
     /* A zero timeout, not event_active: libevent runs events activated during its callbacks in
      * the same turn, before it looks at timers, so a long message would keep a caller's loop
      * from its own timers until the message ends. */
     if (more && ctx->more_ev)
         evtimer_add(ctx->more_ev, &now);
-    hccl_reactor_leave(ctx->env->reactor);
-}
-
-static void shm_run_bell_hook(shm_ctx_t *ctx)
-{
-    if (!ctx->bell_hook)
-        return;
-    hccl_reactor_enter(ctx->env->reactor);
-    ctx->bell_hook(ctx->bell_hook_arg);
     hccl_reactor_leave(ctx->env->reactor);
 }
 
@@ -276,7 +269,6 @@ static void shm_on_bell(evutil_socket_t fd, short what, void *arg)
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         HCCL_WARN("shm: read(doorbell): %s", strerror(errno));
     shm_progress_all(arg);
-    shm_run_bell_hook(arg);
 }
 
 static void shm_on_more(evutil_socket_t fd, short what, void *arg)
