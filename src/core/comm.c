@@ -206,7 +206,7 @@ out:
 }
 
 /*
- * The small-collective lane, where every rank is on this host behind shm (the same answer on
+ * The lane, where every rank is on this host behind shm (the same answer on
  * every rank, like the settings that decide it, which the rendezvous compared). HCCL_CHECK's
  * signature exchange goes through plans, so checked communicators keep to them.
  */
@@ -215,19 +215,20 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     void *shm = comm->link_ctx[HCCL_LINK_SHM];
     size_t max = comm->params.lane_max;
 
-    /* Measured here: at 2 ranks on 2 cores the plans' rings win from 4 KiB (each lane slot is
+    /* Measured here: at 2 ranks on 2 cores the plans' rings win from 16 KiB (each lane slot is
      * rewritten while the peer still caches it); where ranks share cores, the lane wins up to
-     * its largest block, since a plan waits for each rank's turn on a core at every step. */
+     * its largest block, 1 MiB, since a plan waits for each rank's turn on a core at every
+     * step, where the lane needs each rank to run about three times. */
     if (max == SIZE_MAX)
-        max = hccl_topo_cores_shared(comm) ? HCCL_LANE_CAP : 2048;
+        max = hccl_topo_cores_shared(comm) ? HCCL_LANE_CAP : 8192;
     if (max == 0 || comm->params.check || !hccl_shm_lane_reaches_all(shm, comm->nranks))
         return hcclSuccess;
-    HCCL_CHECK(hccl_lane_create(shm, comm->rank, comm->nranks, max, comm->env.on_fatal, comm->env.fatal_arg,
-                                &comm->lane));
+    HCCL_CHECK(hccl_lane_create(shm, comm->rank, comm->nranks, max, HCCL_LANE_FLAT_MAX, comm->env.on_fatal,
+                                comm->env.fatal_arg, &comm->lane));
     HCCL_CHECK(hccl_reactor_add_poller(comm->reactor, &(hccl_poller_t){hccl_lane_poll, NULL, comm->lane}));
     hccl_shm_lane_on_bell(shm, hccl_lane_poll, comm->lane);
-    HCCL_INFO(HCCL_SUB_INIT, "rank %d: AllReduce up to %zu B and Barrier take the shm lane", comm->rank,
-              max < HCCL_LANE_CAP ? max : (size_t)HCCL_LANE_CAP);
+    HCCL_INFO(HCCL_SUB_INIT, "rank %d: AllReduce up to %zu B (split above %d B) and Barrier take the shm lane",
+              comm->rank, max < HCCL_LANE_CAP ? max : (size_t)HCCL_LANE_CAP, HCCL_LANE_FLAT_MAX);
     return hcclSuccess;
 }
 

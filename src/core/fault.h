@@ -10,7 +10,8 @@
  * S is the communicator's collective sequence number (0 for its first collective, counting
  * the start-up calibration's), the one error messages print; T is the step's index in the
  * plan. A fault fires at the first point that matches it, once; a delay without seq fires
- * once per collective. Malformed faults are warned about and ignored.
+ * once per collective. Malformed faults are warned about and ignored. A set HCCL_FAULT keeps
+ * collectives off the lane (which has no steps) unless HCCL_LANE_MAX is set too.
  */
 #ifndef HCCL_FAULT_H
 #define HCCL_FAULT_H

@@ -190,6 +190,10 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     p->shm_pull_max = (size_t)hccl_param_env_long("HCCL_SHM_PULL_MAX", HCCL_DEFAULT_SHM_PULL_MAX);
     p->lane_max = getenv("HCCL_LANE_MAX") ? (size_t)hccl_param_env_long("HCCL_LANE_MAX", 0)
                                           : (size_t)HCCL_DEFAULT_LANE_MAX;
+    /* HCCL_FAULT aims at plan steps: with faults to inject, collectives take plans unless the
+     * lane is asked for by name. */
+    if (getenv("HCCL_FAULT") && getenv("HCCL_FAULT")[0] && !getenv("HCCL_LANE_MAX"))
+        p->lane_max = 0;
     env_string("HCCL_ALGO", p->algo, sizeof(p->algo));
     env_string("HCCL_LINKS", p->links, sizeof(p->links));
     env_string("HCCL_SOCKET_IFNAME", p->ifname, sizeof(p->ifname));

@@ -185,11 +185,13 @@ extern const hccl_link_ops_t hccl_link_rdma_ops;
 
 /*
  * ---- the shm lane: per lane operation, every rank of a one-host communicator publishes one
- * small block that every other rank reads in place (shm_lane.c). Operations take turns in two
- * slots, so a rank may publish operation k only once it has read every block of k - 1: then
- * everyone has read what k - 2 left in the slot it reuses. Reactor thread (or its driver).
+ * block, and maybe a part, that every other rank reads in place (shm_lane.c). Operations take
+ * turns in two slots, so a rank may publish operation k only once it has finished k - 1 (read
+ * every block and part of it): then everyone has read what k - 2 left in the slot it reuses.
+ * Reactor thread (or its driver).
  */
-#define HCCL_LANE_CAP 8192 /* the largest block */
+#define HCCL_LANE_CAP (1u << 20)                 /* the largest block */
+#define HCCL_LANE_PART_CAP (HCCL_LANE_CAP / 2 + 64) /* the largest share of a split operation */
 /* Whether every other rank of nranks is reached by this shm context. */
 bool hccl_shm_lane_reaches_all(void *shm_ctx, int nranks);
 /* rank's block of lane operation lseq: where we write ours, or read a peer's once published. */
@@ -199,6 +201,10 @@ void *hccl_shm_lane_block(void *shm_ctx, int rank, uint64_t lseq);
 void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint32_t sig);
 /* Whether rank has published its block of lseq; if so, what it called. */
 bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *coll_seq, uint32_t *sig);
+/* A split operation's share of the result: rank's, and its publication. */
+void *hccl_shm_lane_part(void *shm_ctx, int rank, uint64_t lseq);
+void hccl_shm_lane_publish_part(void *shm_ctx, uint64_t lseq);
+bool hccl_shm_lane_part_published(void *shm_ctx, int rank, uint64_t lseq);
 /* Whether rank sent a plan's message of collective coll_seq (a call the lane does not take). */
 bool hccl_shm_lane_plan_sent(void *shm_ctx, int rank, uint64_t coll_seq, uint32_t *sig);
 /* fn(arg) runs on the reactor after every doorbell: a block may have arrived. */

@@ -1,4 +1,4 @@
-/* The small-collective lane (lane.h). */
+/* The lane: small and medium collectives through shared slots (lane.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +12,7 @@ struct hccl_lane {
     int rank;
     int nranks;
     size_t max_bytes;
+    size_t flat_max;            /* larger operations are split */
     uint64_t next_lseq;         /* the next operation's turn; the same count on every rank */
     hccl_lane_op_t *head;       /* queue, oldest first; only the head has published */
     hccl_lane_op_t *tail;
@@ -21,7 +22,7 @@ struct hccl_lane {
     void *fatal_arg;
 };
 
-hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, size_t max_bytes,
+hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, size_t max_bytes, size_t flat_max,
                               hccl_lane_fatal_fn on_fatal, void *fatal_arg, hccl_lane_t **lane_p)
 {
     hccl_lane_t *lane = hccl_calloc(1, sizeof(*lane));
@@ -32,6 +33,7 @@ hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, size_t max_by
     lane->rank = rank;
     lane->nranks = nranks;
     lane->max_bytes = max_bytes < HCCL_LANE_CAP ? max_bytes : HCCL_LANE_CAP;
+    lane->flat_max = flat_max;
     lane->failed = hcclSuccess;
     lane->on_fatal = on_fatal;
     lane->fatal_arg = fatal_arg;
@@ -72,18 +74,61 @@ static void lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
     op->published = true;
 }
 
-/* Every block is in: the result, in rank order on every rank so that all get the same bits. */
-static void lane_finish(hccl_lane_t *lane, hccl_lane_op_t *op)
+/* Elements [*first, *first + *n) of count: share r of nranks (the remainder one each to the first). */
+static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n)
 {
-    if (op->coll == HCCL_COLL_ALLREDUCE) {
-        void *dst = op->recvbuf;
-        hccl_reduce(dst, hccl_shm_lane_block(lane->shm, 0, op->lseq),
-                    hccl_shm_lane_block(lane->shm, 1, op->lseq), op->count, op->dtype, op->op);
-        for (int r = 2; r < lane->nranks; r++)
-            hccl_reduce(dst, dst, hccl_shm_lane_block(lane->shm, r, op->lseq), op->count, op->dtype, op->op);
-        if (op->op == hcclAvg)
-            hccl_reduce_div(dst, op->count, op->dtype, lane->nranks);
+    size_t base = count / (size_t)nranks, rem = count % (size_t)nranks;
+
+    *first = (size_t)r * base + ((size_t)r < rem ? (size_t)r : rem);
+    *n = base + ((size_t)r < rem);
+}
+
+/* dst = op over every rank's block at byte offset off, for n elements, in rank order. */
+static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, size_t off, size_t n)
+{
+    const char *b0 = hccl_shm_lane_block(lane->shm, 0, op->lseq);
+    const char *b1 = hccl_shm_lane_block(lane->shm, 1, op->lseq);
+
+    hccl_reduce(dst, b0 + off, b1 + off, n, op->dtype, op->op);
+    for (int r = 2; r < lane->nranks; r++)
+        hccl_reduce(dst, dst, (const char *)hccl_shm_lane_block(lane->shm, r, op->lseq) + off, n, op->dtype,
+                    op->op);
+    if (op->op == hcclAvg)
+        hccl_reduce_div(dst, n, op->dtype, lane->nranks);
+}
+
+/* Every block is in: a flat operation's whole result, or a split one's part (published). */
+static void lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n;
+    void *part;
+
+    if (op->coll != HCCL_COLL_ALLREDUCE)
+        return;
+    if (!op->split) {
+        lane_reduce_all(lane, op, op->recvbuf, 0, op->count);
+        return;
     }
+    lane_share(op->count, lane->nranks, lane->rank, &first, &n);
+    part = hccl_shm_lane_part(lane->shm, lane->rank, op->lseq);
+    if (n)
+        lane_reduce_all(lane, op, part, first * esz, n);
+    hccl_shm_lane_publish_part(lane->shm, op->lseq);
+}
+
+/* A split operation: copies out the parts published so far; true once all are. */
+static bool lane_gather(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n;
+
+    for (; op->next_part < lane->nranks; op->next_part++) {
+        int r = op->next_part;
+        if (r != lane->rank && !hccl_shm_lane_part_published(lane->shm, r, op->lseq))
+            return false;
+        lane_share(op->count, lane->nranks, r, &first, &n);
+        memcpy((char *)op->recvbuf + first * esz, hccl_shm_lane_part(lane->shm, r, op->lseq), n * esz);
+    }
+    return true;
 }
 
 static void lane_pop(hccl_lane_t *lane)
@@ -151,9 +196,15 @@ bool hccl_lane_poll(void *arg)
             lane_publish(lane, op);
             moved = true;
         }
-        if (!lane_all_in(lane, op))
+        if (!op->part_done) {
+            if (!lane_all_in(lane, op))
+                return moved;
+            lane_reduce(lane, op);
+            op->part_done = true;
+            moved = true;
+        }
+        if (op->split && !lane_gather(lane, op))
             return moved;
-        lane_finish(lane, op);
         lane_pop(lane);
         op->done(op, hcclSuccess, NULL);
         moved = true;
@@ -166,6 +217,9 @@ void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op)
     op->next = NULL;
     op->published = false;
     op->next_peer = 0;
+    op->part_done = false;
+    op->next_part = 0;
+    op->split = op_bytes(op) > lane->flat_max;
     op->sig = hccl_sig_make(op->coll, op->dtype, op->op, -1, op->count);
     if (lane->failed != hcclSuccess) {
         op->done(op, lane->failed, "the communicator had failed");
@@ -222,10 +276,12 @@ bool hccl_lane_waiting_for(const hccl_lane_t *lane, const hccl_lane_op_t *want, 
     buf[0] = '\0';
     if (op != lane->head)
         return true;
-    for (int r = op->next_peer; r < lane->nranks && at + 16 < len; r++) {
+    for (int r = op->part_done ? op->next_part : op->next_peer; r < lane->nranks && at + 16 < len; r++) {
         uint64_t their_seq;
         uint32_t their_sig;
-        if (r != lane->rank && !hccl_shm_lane_published(lane->shm, r, op->lseq, &their_seq, &their_sig))
+        if (r != lane->rank && (op->part_done ? !hccl_shm_lane_part_published(lane->shm, r, op->lseq)
+                                              : !hccl_shm_lane_published(lane->shm, r, op->lseq, &their_seq,
+                                                                         &their_sig)))
             at += (size_t)snprintf(buf + at, len - at, "%s%d", at ? ", " : "", r);
     }
     return true;

@@ -35,6 +35,10 @@ for ((r = 0; r < n; r++)); do
       fail "rank $r's report does not name its receive"
     grep -q "recv from rank 0 tag [0-9]* bytes recv\[0, 16384): posted, waiting on rank 0" <<<"$mine" ||
       fail "rank $r's report does not show its receive waiting on rank 0"
+  elif grep -q "shm lane" <<<"$mine"; then
+    # A one-host communicator's 16 KiB AllReduce may take the lane (HCCL_LANE_MAX).
+    grep -q "request allreduce seq 1 (4096 x float32, sum): shm lane, waiting on ranks 2$" <<<"$mine" ||
+      fail "rank $r's report does not show AllReduce seq 1 waiting on rank 2 on the lane"
   else
     grep -q "request allreduce seq 1 (4096 x float32, sum): algorithm [a-z0-9_]*, [0-9]* of [0-9]* steps not done" <<<"$mine" ||
       fail "rank $r's report does not show AllReduce seq 1 and its algorithm"

@@ -46,9 +46,10 @@ typedef struct {
 } shm_seg_hdr_t;
 
 /*
- * The small-collective lane (shm_lane.c): two slots after the segment's head, used in turn by
- * lane operations. The owner writes its block and then seq; the sequence number shares the
- * block's first cache line, so that a reader of a small block waits on one line only.
+ * The lane (shm_lane.c): two slots after the segment's head, used in turn by lane operations.
+ * The owner writes its block and then seq; the sequence number shares the block's first
+ * cache line, so that a reader of a small block waits on one line only. part holds the
+ * owner's share of a split operation's result, published by part_seq.
  */
 typedef struct {
     _Alignas(64) _Atomic uint64_t seq; /* 1 + the lane operation whose block data holds; 0: none */
@@ -56,6 +57,8 @@ typedef struct {
     uint32_t sig;                      /* which every reader compares with its own */
     uint32_t reserved;
     unsigned char data[HCCL_LANE_CAP];
+    _Alignas(64) _Atomic uint64_t part_seq;
+    _Alignas(64) unsigned char part[HCCL_LANE_PART_CAP];
 } shm_lane_slot_t;
 
 #define SHM_LANE_AREA_BYTES ((2 * sizeof(shm_lane_slot_t) + 4095) & ~(size_t)4095)

@@ -26,6 +26,18 @@ void *hccl_shm_lane_block(void *shm_ctx, int rank, uint64_t lseq)
     return lane_slot(shm_ctx, rank, lseq)->data;
 }
 
+/* After a publication: peers that do not poll are rung. */
+static void lane_ring_sleepers(shm_ctx_t *ctx)
+{
+    /* Pairs with a reader's flag-clear-then-look, as a ring write does. */
+    atomic_thread_fence(memory_order_seq_cst);
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        if (!atomic_load_explicit(&((shm_seg_hdr_t *)sc->peer_seg)->polling, memory_order_relaxed))
+            hccl_shm_ring_bell(sc->peer_bell);
+    }
+}
+
 void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint32_t sig)
 {
     shm_ctx_t *ctx = shm_ctx;
@@ -34,13 +46,25 @@ void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint
     slot->coll_seq = coll_seq;
     slot->sig = sig;
     atomic_store_explicit(&slot->seq, lseq + 1, memory_order_release);
-    /* Pairs with a reader's flag-clear-then-look, as a ring write does. */
-    atomic_thread_fence(memory_order_seq_cst);
-    for (int i = 0; i < ctx->nactive; i++) {
-        shm_conn_t *sc = ctx->conns[ctx->active[i]];
-        if (!atomic_load_explicit(&((shm_seg_hdr_t *)sc->peer_seg)->polling, memory_order_relaxed))
-            hccl_shm_ring_bell(sc->peer_bell);
-    }
+    lane_ring_sleepers(ctx);
+}
+
+void *hccl_shm_lane_part(void *shm_ctx, int rank, uint64_t lseq)
+{
+    return lane_slot(shm_ctx, rank, lseq)->part;
+}
+
+void hccl_shm_lane_publish_part(void *shm_ctx, uint64_t lseq)
+{
+    shm_ctx_t *ctx = shm_ctx;
+
+    atomic_store_explicit(&lane_slot(ctx, ctx->env->rank, lseq)->part_seq, lseq + 1, memory_order_release);
+    lane_ring_sleepers(ctx);
+}
+
+bool hccl_shm_lane_part_published(void *shm_ctx, int rank, uint64_t lseq)
+{
+    return atomic_load_explicit(&lane_slot(shm_ctx, rank, lseq)->part_seq, memory_order_acquire) == lseq + 1;
 }
 
 bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *coll_seq, uint32_t *sig)

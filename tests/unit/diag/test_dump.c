@@ -152,6 +152,43 @@ static void test_dump_tcp(void **state)
     run_dump_case("tcp");
 }
 
+/* On the shm lane: the report names the AllReduce and the rank its block waits for. */
+static void test_dump_lane(void **state)
+{
+    static float s0[COUNT], r0[COUNT], s1[COUNT], r1[COUNT];
+    hcclComm_t comms[2] = {NULL, NULL};
+    waiter_t w = {0};
+    pthread_t th;
+    char *text;
+
+    (void)state;
+    setenv("HCCL_LANE_MAX", "8192", 1);
+    for (int i = 0; i < COUNT; i++) {
+        s0[i] = 1.0f;
+        s1[i] = 2.0f;
+    }
+    assert_true(pair_create("shm", comms));
+    assert_int_equal(hcclAllReduceAsync(s0, r0, COUNT, hcclFloat32, hcclSum, comms[0], &w.req),
+                     hcclSuccess);
+    assert_true(pair_sync_reactor(comms[0], 0));
+    assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0);
+    dump_to_string(comms[0], &text);
+    assert_non_null(strstr(text, "rank 0 of 2, 1 request outstanding"));
+    assert_non_null(strstr(text, "  request allreduce seq 0 (1024 x float32, sum): shm lane, waiting on ranks 1\n"));
+    assert_null(strstr(text, "without a plan in flight"));
+    free(text);
+    assert_int_equal(hcclAllReduce(s1, r1, COUNT, hcclFloat32, hcclSum, comms[1]), hcclSuccess);
+    pthread_join(th, NULL);
+    assert_int_equal(w.res, hcclSuccess);
+    assert_true(r0[0] == 3.0f && r0[COUNT - 1] == 3.0f && r1[7] == 3.0f);
+    dump_to_string(comms[0], &text);
+    assert_null(strstr(text, "request allreduce"));
+    free(text);
+    assert_int_equal(hcclCommDestroy(comms[0]), hcclSuccess);
+    assert_int_equal(hcclCommDestroy(comms[1]), hcclSuccess);
+    setenv("HCCL_LANE_MAX", "0", 1);
+}
+
 static void test_dump_bad_args(void **state)
 {
     hcclUniqueId id;
@@ -277,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_dump_bad_args),
         cmocka_unit_test(test_dump_shm),
         cmocka_unit_test(test_dump_tcp),
+        cmocka_unit_test(test_dump_lane),
         cmocka_unit_test(test_abort_wakes_wait_shm),
         cmocka_unit_test(test_abort_wakes_wait_tcp),
         cmocka_unit_test(test_dump_on_signal),
@@ -284,5 +322,7 @@ int main(void)
 
     /* Calibration runs collectives at start: without it the first call is sequence 0. */
     setenv("HCCL_CALIBRATE", "0", 1);
+    /* The plans' reports are the subject; test_dump_lane turns the lane on for itself. */
+    setenv("HCCL_LANE_MAX", "0", 1);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

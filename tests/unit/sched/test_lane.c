@@ -37,7 +37,8 @@ static void on_fatal(void *arg, hcclResult_t res, const char *msg)
     snprintf(arg, 512, "%s", msg);
 }
 
-static world_t *world_new(int n, size_t max_bytes)
+/* A world whose lanes split operations above flat_max bytes. */
+static world_t *world_new_split(int n, size_t max_bytes, size_t flat_max)
 {
     world_t *w = calloc(1, sizeof(*w));
 
@@ -65,10 +66,15 @@ static world_t *world_new(int n, size_t max_bytes)
             ctx->active[ctx->nactive++] = p;
         }
         assert_true(hccl_shm_lane_reaches_all(ctx, n));
-        assert_int_equal(hccl_lane_create(ctx, r, n, max_bytes, on_fatal, &w->fatal[r], &w->lane[r]),
+        assert_int_equal(hccl_lane_create(ctx, r, n, max_bytes, flat_max, on_fatal, &w->fatal[r], &w->lane[r]),
                          hcclSuccess);
     }
     return w;
+}
+
+static world_t *world_new(int n, size_t max_bytes)
+{
+    return world_new_split(n, max_bytes, HCCL_LANE_FLAT_MAX);
 }
 
 static void world_free(world_t *w)
@@ -129,17 +135,18 @@ static const hcclDataType_t dtypes[] = {hcclInt8, hcclUint8, hcclInt32, hcclUint
                                         hcclUint64, hcclFloat16, hcclBfloat16, hcclFloat32, hcclFloat64};
 static const hcclRedOp_t ops[] = {hcclSum, hcclProd, hcclMax, hcclMin, hcclAvg};
 
-/* Every dtype and op at several rank counts, in place and not: right, and the same bits on
- * every rank (each reduces in rank order). */
+/* Every dtype and op at several rank counts, in place and not, flat and split (counts below
+ * the rank count leave some shares empty): right, and the same bits on every rank (each
+ * block is reduced in rank order, once). */
 static void test_allreduce_every_type(void **state)
 {
     static const int counts[] = {1, 7, 1000};
     const int ranks[] = {2, 3, 5, 8};
 
     (void)state;
-    for (size_t ni = 0; ni < sizeof(ranks) / sizeof(ranks[0]); ni++) {
-        int n = ranks[ni];
-        world_t *w = world_new(n, HCCL_LANE_CAP);
+    for (size_t ni = 0; ni < 2 * sizeof(ranks) / sizeof(ranks[0]); ni++) {
+        int n = ranks[ni / 2];
+        world_t *w = world_new_split(n, HCCL_LANE_CAP, ni % 2 ? 0 : HCCL_LANE_FLAT_MAX);
         unsigned seed = 1;
         for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
             for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++) {
@@ -322,6 +329,39 @@ static void test_mismatch(void **state)
     world_free(w);
 }
 
+/* A split operation waits for every block, then for every part, and says which. */
+static void test_split_waits(void **state)
+{
+    world_t *w = world_new_split(3, HCCL_LANE_CAP, 0);
+    int32_t in[3][5], out[3][5];
+    test_op_t t[3];
+    char buf[64];
+
+    (void)state;
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < 5; i++)
+            in[r][i] = 10 * r + i;
+        op_init(&t[r], HCCL_COLL_ALLREDUCE, in[r], out[r], 5, hcclInt32, hcclSum);
+    }
+    hccl_lane_enqueue(w->lane[0], &t[0].op);
+    hccl_lane_enqueue(w->lane[1], &t[1].op);
+    assert_true(hccl_lane_waiting_for(w->lane[1], &t[1].op, buf, sizeof(buf)));
+    assert_string_equal(buf, "2");
+    hccl_lane_enqueue(w->lane[2], &t[2].op); /* all blocks in: rank 2 publishes its part */
+    assert_true(hccl_lane_waiting_for(w->lane[2], &t[2].op, buf, sizeof(buf)));
+    assert_string_equal(buf, "0, 1");
+    assert_true(hccl_lane_poll(w->lane[1]));
+    assert_true(hccl_lane_waiting_for(w->lane[1], &t[1].op, buf, sizeof(buf)));
+    assert_string_equal(buf, "0");
+    drive(w);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(t[r].done, 1);
+        for (int i = 0; i < 5; i++)
+            assert_int_equal(out[r][i], 30 + 3 * i);
+    }
+    world_free(w);
+}
+
 static void test_takes(void **state)
 {
     world_t *w = world_new(2, 100);
@@ -346,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_every_type),
         cmocka_unit_test(test_queued_in_order),
         cmocka_unit_test(test_wait_replace_fail),
+        cmocka_unit_test(test_split_waits),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_takes),
     };
