@@ -404,7 +404,7 @@ static void coll_on_post(hccl_post_t *post)
         hccl_coll_finish(comm, req, res, hccl_error_last());
         return;
     }
-    if (hccl_coll_lane_takes(comm, req->coll, req->count * hccl_dtype_size((hcclDataType_t)req->dtype))) {
+    if (hccl_coll_lane_takes(comm, req->coll, req->count, (hcclDataType_t)req->dtype)) {
         hccl_coll_lane_start(comm, req);
         return;
     }
@@ -416,6 +416,8 @@ static void coll_on_post(hccl_post_t *post)
 
 /* Set by a blocking entry point around its Async call: the request is waited for at once. */
 static _Thread_local HCCL_TLS_FAST bool tl_blocking_call;
+/* Set by coll_submit when it ran a blocking call on the lane itself: no request to wait for. */
+static _Thread_local HCCL_TLS_FAST bool tl_ran_inline;
 
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req)
 {
@@ -508,6 +510,15 @@ static hcclResult_t coll_submit(struct hcclComm *comm, const char *fn, coll_call
                          hccl_coll_name(c->coll), (unsigned long long)atomic_load(&comm->next_seq),
                          msg);
     }
+    if (tl_blocking_call && hccl_coll_lane_takes(comm, c->coll, c->count, c->dtype)) {
+        hcclResult_t res;
+        if (hccl_coll_lane_blocking(comm, c->coll, c->sendbuf, c->recvbuf, c->count, c->dtype, c->op,
+                                    c->root, &res)) {
+            tl_ran_inline = true;
+            *req_p = NULL;
+            return res;
+        }
+    }
     if (hccl_request_create(comm->reactor, &req) != hcclSuccess) {
         hccl_free(c->v);
         return hcclSystemError;
@@ -528,8 +539,11 @@ static hcclResult_t coll_submit(struct hcclComm *comm, const char *fn, coll_call
 /* The blocking forms: Async + Wait. */
 static hcclResult_t coll_block(hcclResult_t posted, hcclRequest_t *req)
 {
+    bool ran = tl_ran_inline;
+
     tl_blocking_call = false;
-    return posted != hcclSuccess ? posted : hcclWait(req);
+    tl_ran_inline = false;
+    return posted != hcclSuccess || ran ? posted : hcclWait(req);
 }
 
 static hcclResult_t check_blocking(struct hcclComm *comm, const char *fn)
@@ -544,21 +558,6 @@ static hcclResult_t check_blocking(struct hcclComm *comm, const char *fn)
 
 /* ---- entry points ---- */
 
-static hcclResult_t allreduce_args(const char *fn, const void *sendbuf, const void *recvbuf,
-                                   size_t count, hcclDataType_t datatype, hcclRedOp_t op,
-                                   hcclComm_t comm, hcclRequest_t *req_p, size_t *bytes_p)
-{
-    HCCL_CHECK(check_common(comm, fn, req_p, datatype, &op));
-    HCCL_CHECK(check_bytes(fn, count, 1, datatype, bytes_p));
-    if (count > 0 && (!sendbuf || !recvbuf))
-        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
-                         sendbuf ? "recvbuf" : "sendbuf", count);
-    if (sendbuf != recvbuf && hccl_ranges_overlap(sendbuf, *bytes_p, recvbuf, *bytes_p))
-        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being equal "
-                                              "(in-place needs sendbuf == recvbuf)", fn);
-    return hcclSuccess;
-}
-
 HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, size_t count,
                                          hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm,
                                          hcclRequest_t *req_p)
@@ -567,7 +566,14 @@ HCCL_API hcclResult_t hcclAllReduceAsync(const void *sendbuf, void *recvbuf, siz
     coll_call_t c = {HCCL_COLL_ALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, NULL};
     size_t bytes = 0;
 
-    HCCL_CHECK(allreduce_args(fn, sendbuf, recvbuf, count, datatype, op, comm, req_p, &bytes));
+    HCCL_CHECK(check_common(comm, fn, req_p, datatype, &op));
+    HCCL_CHECK(check_bytes(fn, count, 1, datatype, &bytes));
+    if (count > 0 && (!sendbuf || !recvbuf))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: %s is NULL with count %zu", fn,
+                         sendbuf ? "recvbuf" : "sendbuf", count);
+    if (sendbuf != recvbuf && hccl_ranges_overlap(sendbuf, bytes, recvbuf, bytes))
+        return HCCL_FAIL(hcclInvalidArgument, "%s: sendbuf and recvbuf overlap without being equal "
+                                              "(in-place needs sendbuf == recvbuf)", fn);
     return coll_submit(comm, fn, &c, req_p);
 }
 
@@ -575,19 +581,8 @@ HCCL_API hcclResult_t hcclAllReduce(const void *sendbuf, void *recvbuf, size_t c
                                     hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm)
 {
     hcclRequest_t req = NULL;
-    size_t bytes = 0;
-    hcclResult_t res;
 
     HCCL_CHECK(check_blocking(comm, "hcclAllReduce"));
-    if (comm->lane) {
-        res = allreduce_args("hcclAllReduce", sendbuf, recvbuf, count, datatype, op, comm, &req, &bytes);
-        if (res != hcclSuccess || (hccl_coll_lane_takes(comm, HCCL_COLL_ALLREDUCE, bytes) &&
-                                   hccl_coll_lane_blocking(comm, HCCL_COLL_ALLREDUCE, sendbuf, recvbuf,
-                                                           count, datatype, op, &res))) {
-            tl_blocking_call = false;
-            return res;
-        }
-    }
     return coll_block(hcclAllReduceAsync(sendbuf, recvbuf, count, datatype, op, comm, &req), &req);
 }
 
@@ -815,14 +810,8 @@ HCCL_API hcclResult_t hcclBarrier(hcclComm_t comm)
 {
     hcclRequest_t req = NULL;
 
-    hcclResult_t res;
 
     HCCL_CHECK(check_blocking(comm, "hcclBarrier"));
-    if (hccl_coll_lane_takes(comm, HCCL_COLL_BARRIER, 0) &&
-        hccl_coll_lane_blocking(comm, HCCL_COLL_BARRIER, NULL, NULL, 0, hcclUint8, hcclSum, &res)) {
-        tl_blocking_call = false;
-        return res;
-    }
     return coll_block(hcclBarrierAsync(comm, &req), &req);
 }
 

@@ -10,11 +10,13 @@
 
 static void lane_describe(const hccl_lane_op_t *op, char *buf, size_t len)
 {
+    struct hcclRequest as_req = {.coll = op->coll, .seq = op->seq, .count = op->count,
+                                 .dtype = op->dtype, .op = op->op, .root = op->root};
+
     if (op->coll == HCCL_COLL_BARRIER)
         snprintf(buf, len, "barrier seq %llu", (unsigned long long)op->seq);
     else
-        snprintf(buf, len, "allreduce seq %llu (%zu x %s, %s)", (unsigned long long)op->seq, op->count,
-                 hccl_dtype_name(op->dtype), hccl_op_name(op->op));
+        hccl_request_describe(&as_req, true, buf, len);
 }
 
 static void lane_request_done(hccl_lane_op_t *op, hcclResult_t res, const char *msg)
@@ -41,13 +43,15 @@ static void lane_op_from_request(hccl_lane_op_t *op, struct hcclRequest *req)
     op->count = req->count;
     op->dtype = (hcclDataType_t)req->dtype;
     op->op = (hcclRedOp_t)req->op;
+    op->root = req->root;
     op->seq = req->seq;
 }
 
-bool hccl_coll_lane_takes(const struct hcclComm *comm, int coll, size_t bytes)
+bool hccl_coll_lane_takes(const struct hcclComm *comm, int coll, size_t count, hcclDataType_t dtype)
 {
     /* An algorithm named in HCCL_ALGO (or by the start-up calibration) is what runs. */
-    return comm->lane && comm->tuner.forced[coll] == HCCL_ALGO_AUTO && hccl_lane_takes(comm->lane, coll, bytes);
+    return comm->lane && comm->tuner.forced[coll] == HCCL_ALGO_AUTO &&
+           hccl_lane_takes(comm->lane, coll, hccl_lane_call_bytes(coll, count, dtype, comm->nranks));
 }
 
 void hccl_coll_lane_start(struct hcclComm *comm, struct hcclRequest *req)
@@ -131,7 +135,7 @@ static void lane_call_park(void *arg)
     req->count = c->op.count;
     req->dtype = c->op.dtype;
     req->op = c->op.op;
-    req->root = -1;
+    req->root = c->op.root;
     req->seq = c->op.seq;
     pthread_mutex_lock(&comm->mtx);
     comm->outstanding++;
@@ -148,7 +152,8 @@ static void lane_call_park(void *arg)
 }
 
 bool hccl_coll_lane_blocking(struct hcclComm *comm, int coll, const void *sendbuf, void *recvbuf,
-                             size_t count, hcclDataType_t dtype, hcclRedOp_t op, hcclResult_t *res_p)
+                             size_t count, hcclDataType_t dtype, hcclRedOp_t op, int root,
+                             hcclResult_t *res_p)
 {
     lane_call_t c = {.comm = comm, .state = CALL_NEW};
     hccl_help_t help = {lane_call_step, lane_call_park, &c};
@@ -162,6 +167,7 @@ bool hccl_coll_lane_blocking(struct hcclComm *comm, int coll, const void *sendbu
     c.op.count = count;
     c.op.dtype = dtype;
     c.op.op = op;
+    c.op.root = root;
     c.op.done = lane_call_done;
     c.op.arg = &c;
     for (;;) {

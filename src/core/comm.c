@@ -213,22 +213,25 @@ out:
 static hcclResult_t comm_open_lane(struct hcclComm *comm)
 {
     void *shm = comm->link_ctx[HCCL_LINK_SHM];
-    size_t max = comm->params.lane_max;
+    bool shared = hccl_topo_cores_shared(comm);
+    hccl_lane_limits_t limits = {comm->params.lane_max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0};
 
     /* Measured here: at 2 ranks on 2 cores the plans' rings win from 16 KiB (each lane slot is
      * rewritten while the peer still caches it); where ranks share cores, the lane wins up to
      * its largest block, 1 MiB, since a plan waits for each rank's turn on a core at every
      * step, where the lane needs each rank to run about three times. */
-    if (max == SIZE_MAX)
-        max = hccl_topo_cores_shared(comm) ? HCCL_LANE_CAP : 8192;
-    if (max == 0 || comm->params.check || !hccl_shm_lane_reaches_all(shm, comm->nranks))
+    if (limits.max_bytes == SIZE_MAX)
+        limits.max_bytes = shared ? HCCL_LANE_CAP : 8192;
+    if (limits.max_bytes == 0 || comm->params.check || !hccl_shm_lane_reaches_all(shm, comm->nranks))
         return hcclSuccess;
-    HCCL_CHECK(hccl_lane_create(shm, comm->rank, comm->nranks, max, HCCL_LANE_FLAT_MAX, comm->env.on_fatal,
-                                comm->env.fatal_arg, &comm->lane));
+    HCCL_CHECK(hccl_lane_create(shm, comm->rank, comm->nranks, &limits, comm->env.on_fatal, comm->env.fatal_arg,
+                                &comm->lane));
     HCCL_CHECK(hccl_reactor_add_poller(comm->reactor, &(hccl_poller_t){hccl_lane_poll, NULL, comm->lane}));
     hccl_shm_lane_on_bell(shm, hccl_lane_poll, comm->lane);
-    HCCL_INFO(HCCL_SUB_INIT, "rank %d: AllReduce up to %zu B (split above %d B) and Barrier take the shm lane",
-              comm->rank, max < HCCL_LANE_CAP ? max : (size_t)HCCL_LANE_CAP, HCCL_LANE_FLAT_MAX);
+    HCCL_INFO(HCCL_SUB_INIT, "rank %d: collectives of up to %zu B take the shm lane (AllReduce and Reduce split "
+              "above %d B; Broadcast and Reduce from %zu B), and every Barrier", comm->rank,
+              limits.max_bytes < HCCL_LANE_CAP ? limits.max_bytes : (size_t)HCCL_LANE_CAP, HCCL_LANE_FLAT_MAX,
+              limits.rooted_min);
     return hcclSuccess;
 }
 

@@ -139,16 +139,17 @@ void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult
 /* Reactor thread: the exec timeout's timer for req, where one is set. */
 hcclResult_t hccl_coll_arm_timeout(struct hcclComm *comm, struct hcclRequest *req);
 /* Whether the lane takes this call (the same answer on every rank: settings they share). */
-bool hccl_coll_lane_takes(const struct hcclComm *comm, int coll, size_t bytes);
+bool hccl_coll_lane_takes(const struct hcclComm *comm, int coll, size_t count, hcclDataType_t dtype);
 /* Reactor thread: req goes on the lane (coll_lane.c). */
 void hccl_coll_lane_start(struct hcclComm *comm, struct hcclRequest *req);
 /*
- * A blocking AllReduce or Barrier that the lane takes, run on the calling thread while the
- * lane has nothing else queued: true with its result in *res_p; false where the caller posts
- * a request instead (nothing was started).
+ * A blocking collective that the lane takes, run on the calling thread while the lane has
+ * nothing else queued: true with its result in *res_p; false where the caller posts a request
+ * instead (nothing was started).
  */
 bool hccl_coll_lane_blocking(struct hcclComm *comm, int coll, const void *sendbuf, void *recvbuf,
-                             size_t count, hcclDataType_t dtype, hcclRedOp_t op, hcclResult_t *res_p);
+                             size_t count, hcclDataType_t dtype, hcclRedOp_t op, int root,
+                             hcclResult_t *res_p);
 /* Queues req (filled in by the caller) on comm's reactor. */
 hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req);
 /* "allreduce seq 12" or "send #3 to rank 5"; detail adds " (1024 x float32, sum)" and the like. */

@@ -11,8 +11,7 @@ struct hccl_lane {
     void *shm;                  /* borrowed: the shm link's context */
     int rank;
     int nranks;
-    size_t max_bytes;
-    size_t flat_max;            /* larger operations are split */
+    hccl_lane_limits_t limits;
     uint64_t next_lseq;         /* the next operation's turn; the same count on every rank */
     hccl_lane_op_t *head;       /* queue, oldest first; only the head has published */
     hccl_lane_op_t *tail;
@@ -22,7 +21,7 @@ struct hccl_lane {
     void *fatal_arg;
 };
 
-hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, size_t max_bytes, size_t flat_max,
+hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, const hccl_lane_limits_t *limits,
                               hccl_lane_fatal_fn on_fatal, void *fatal_arg, hccl_lane_t **lane_p)
 {
     hccl_lane_t *lane = hccl_calloc(1, sizeof(*lane));
@@ -32,8 +31,9 @@ hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, size_t max_by
     lane->shm = shm_ctx;
     lane->rank = rank;
     lane->nranks = nranks;
-    lane->max_bytes = max_bytes < HCCL_LANE_CAP ? max_bytes : HCCL_LANE_CAP;
-    lane->flat_max = flat_max;
+    lane->limits = *limits;
+    if (lane->limits.max_bytes > HCCL_LANE_CAP)
+        lane->limits.max_bytes = HCCL_LANE_CAP;
     lane->failed = hcclSuccess;
     lane->on_fatal = on_fatal;
     lane->fatal_arg = fatal_arg;
@@ -46,13 +46,35 @@ void hccl_lane_destroy(hccl_lane_t *lane)
     hccl_free(lane);
 }
 
+size_t hccl_lane_call_bytes(int coll, size_t count, hcclDataType_t dtype, int nranks)
+{
+    size_t esz = hccl_dtype_size(dtype);
+
+    switch (coll) {
+    case HCCL_COLL_BARRIER:
+        return 0;
+    case HCCL_COLL_ALLREDUCE:
+    case HCCL_COLL_REDUCE:
+    case HCCL_COLL_BROADCAST:
+    case HCCL_COLL_ALLGATHER:
+        return count > SIZE_MAX / esz ? SIZE_MAX : count * esz;
+    case HCCL_COLL_REDUCESCATTER:
+    case HCCL_COLL_ALLTOALL:
+        return count > SIZE_MAX / esz / (size_t)nranks ? SIZE_MAX : count * esz * (size_t)nranks;
+    default:
+        return SIZE_MAX;
+    }
+}
+
 bool hccl_lane_takes(const hccl_lane_t *lane, int coll, size_t bytes)
 {
     if (!lane)
         return false;
     if (coll == HCCL_COLL_BARRIER)
         return true;
-    return coll == HCCL_COLL_ALLREDUCE && bytes > 0 && bytes <= lane->max_bytes;
+    if ((coll == HCCL_COLL_BROADCAST || coll == HCCL_COLL_REDUCE) && bytes < lane->limits.rooted_min)
+        return false;
+    return bytes > 0 && bytes <= lane->limits.max_bytes;
 }
 
 bool hccl_lane_idle(const hccl_lane_t *lane)
@@ -60,16 +82,21 @@ bool hccl_lane_idle(const hccl_lane_t *lane)
     return lane->head == NULL;
 }
 
-static size_t op_bytes(const hccl_lane_op_t *op)
+/* What this rank puts in its block. */
+static size_t op_block_bytes(const hccl_lane_t *lane, const hccl_lane_op_t *op)
 {
-    return op->coll == HCCL_COLL_ALLREDUCE ? op->count * hccl_dtype_size(op->dtype) : 0;
+    if (op->coll == HCCL_COLL_BROADCAST && op->root != lane->rank)
+        return 0;
+    return hccl_lane_call_bytes(op->coll, op->count, op->dtype, lane->nranks);
 }
 
 static void lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
+    size_t bytes = op_block_bytes(lane, op);
+
     op->lseq = lane->next_lseq++;
-    if (op_bytes(op))
-        memcpy(hccl_shm_lane_block(lane->shm, lane->rank, op->lseq), op->sendbuf, op_bytes(op));
+    if (bytes)
+        memcpy(hccl_shm_lane_block(lane->shm, lane->rank, op->lseq), op->sendbuf, bytes);
     hccl_shm_lane_publish(lane->shm, op->lseq, op->seq, op->sig);
     op->published = true;
 }
@@ -97,16 +124,38 @@ static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, si
         hccl_reduce_div(dst, n, op->dtype, lane->nranks);
 }
 
-/* Every block is in: a flat operation's whole result, or a split one's part (published). */
+/* Every block is in: a flat operation's result, or a split one's part (published). */
 static void lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
-    size_t esz = hccl_dtype_size(op->dtype), first, n;
+    size_t esz = hccl_dtype_size(op->dtype), cb = op->count * esz, first, n;
     void *part;
 
-    if (op->coll != HCCL_COLL_ALLREDUCE)
+    switch (op->coll) {
+    case HCCL_COLL_BROADCAST:
+        if (lane->rank != op->root)
+            memcpy(op->recvbuf, hccl_shm_lane_block(lane->shm, op->root, op->lseq), cb);
         return;
+    case HCCL_COLL_ALLGATHER:
+        for (int r = 0; r < lane->nranks; r++)
+            memcpy((char *)op->recvbuf + (size_t)r * cb, hccl_shm_lane_block(lane->shm, r, op->lseq), cb);
+        return;
+    case HCCL_COLL_ALLTOALL:
+        for (int r = 0; r < lane->nranks; r++)
+            memcpy((char *)op->recvbuf + (size_t)r * cb,
+                   (const char *)hccl_shm_lane_block(lane->shm, r, op->lseq) + (size_t)lane->rank * cb, cb);
+        return;
+    case HCCL_COLL_REDUCESCATTER:
+        lane_reduce_all(lane, op, op->recvbuf, (size_t)lane->rank * cb, op->count);
+        return;
+    case HCCL_COLL_ALLREDUCE:
+    case HCCL_COLL_REDUCE:
+        break;
+    default:
+        return;
+    }
     if (!op->split) {
-        lane_reduce_all(lane, op, op->recvbuf, 0, op->count);
+        if (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root)
+            lane_reduce_all(lane, op, op->recvbuf, 0, op->count);
         return;
     }
     lane_share(op->count, lane->nranks, lane->rank, &first, &n);
@@ -203,7 +252,8 @@ bool hccl_lane_poll(void *arg)
             op->part_done = true;
             moved = true;
         }
-        if (op->split && !lane_gather(lane, op))
+        /* A split Reduce ends at the other ranks once their part is out. */
+        if (op->split && (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root) && !lane_gather(lane, op))
             return moved;
         lane_pop(lane);
         op->done(op, hcclSuccess, NULL);
@@ -219,8 +269,9 @@ void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op)
     op->next_peer = 0;
     op->part_done = false;
     op->next_part = 0;
-    op->split = op_bytes(op) > lane->flat_max;
-    op->sig = hccl_sig_make(op->coll, op->dtype, op->op, -1, op->count);
+    op->split = (op->coll == HCCL_COLL_ALLREDUCE || op->coll == HCCL_COLL_REDUCE) &&
+                op->count * hccl_dtype_size(op->dtype) > lane->limits.flat_max;
+    op->sig = hccl_sig_make(op->coll, op->dtype, op->op, op->root, op->count);
     if (lane->failed != hcclSuccess) {
         op->done(op, lane->failed, "the communicator had failed");
         return;

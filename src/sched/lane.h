@@ -1,10 +1,11 @@
 /*
- * The lane: on a communicator whose ranks all share one host, an AllReduce of at most
- * HCCL_LANE_MAX bytes, or a Barrier, skips the plan. Every rank publishes its block in its
- * shm lane slot (links/link.h). Up to the flat limit, each rank then reads everyone's block
- * in place and reduces them all; above it the operation is split: rank r reduces the r-th
- * share of every block into its slot's part, and each rank copies every part. Either way
- * blocks are reduced in rank order, so that every rank gets the same bits. Lane operations
+ * The lane: on a communicator whose ranks all share one host, a collective whose block is at
+ * most HCCL_LANE_MAX bytes skips the plan. Every rank publishes its block in its shm lane
+ * slot (links/link.h), then reads what it needs of everyone's in place: AllGather and
+ * AlltoAll copy, Broadcast copies the root's, ReduceScatter reduces its share. AllReduce and
+ * Reduce reduce every block up to the flat limit; above it they are split: rank r reduces
+ * the r-th share of every block into its slot's part, and each rank (the root, for Reduce)
+ * copies every part. Blocks are reduced in rank order, so every rank gets the same bits. Lane operations
  * run one at a time in call order, apart from the plans (which never touch the slots); all
  * ranks make the same choices from the call and shared settings, so every exchange agrees.
  *
@@ -29,12 +30,14 @@ typedef struct hccl_lane_op hccl_lane_op_t;
 
 struct hccl_lane_op {
     hccl_lane_op_t *next;
-    int coll;                   /* HCCL_COLL_ALLREDUCE or HCCL_COLL_BARRIER */
+    int coll;                   /* see hccl_lane_call_bytes */
     const void *sendbuf;
     void *recvbuf;
-    size_t count;
+    size_t count;               /* as the API counts it (per rank for AllGather, ReduceScatter
+                                   and AlltoAll) */
     hcclDataType_t dtype;
     hcclRedOp_t op;
+    int root;                   /* Broadcast and Reduce */
     uint64_t seq;               /* the communicator's sequence number */
     /* the lane's */
     uint32_t sig;               /* hccl_sig_make of the call, compared with every peer's */
@@ -49,18 +52,31 @@ struct hccl_lane_op {
     void *arg;
 };
 
+/* Which calls a lane takes, by their bytes (hccl_lane_call_bytes). */
+typedef struct {
+    size_t max_bytes;  /* the largest (at most HCCL_LANE_CAP) */
+    size_t flat_max;   /* AllReduce and Reduce are split above it */
+    size_t rooted_min; /* Broadcast and Reduce smaller than this keep to plans, which let the
+                          other ranks run ahead of the root, where the lane holds everyone to
+                          the slowest: that wins only where every rank has a CPU */
+} hccl_lane_limits_t;
+
 /*
- * A lane over shm_ctx (a one-host communicator's shm link) for blocks up to max_bytes, split
- * above flat_max bytes. When
- * ranks called different collectives (a peer's block says another call, or a peer sent a
- * plan's message for the call's sequence number), on_fatal(arg, hcclInvalidUsage, why) is
- * called once, and the communicator is expected to fail (hccl_lane_fail_all).
+ * A lane over shm_ctx (a one-host communicator's shm link). When ranks called different
+ * collectives (a peer's block says another call, or a peer sent a plan's message for the
+ * call's sequence number), on_fatal(arg, hcclInvalidUsage, why) is called once, and the
+ * communicator is expected to fail (hccl_lane_fail_all).
  */
 typedef void (*hccl_lane_fatal_fn)(void *arg, hcclResult_t res, const char *msg);
-hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, size_t max_bytes, size_t flat_max,
+hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, const hccl_lane_limits_t *limits,
                               hccl_lane_fatal_fn on_fatal, void *fatal_arg, hccl_lane_t **lane_p);
 void hccl_lane_destroy(hccl_lane_t *lane);
-/* Whether the lane takes this call: the same answer on every rank for the same call. */
+/*
+ * The bytes a call puts in its block (its root's, for Broadcast): the size the lane's limits
+ * apply to. SIZE_MAX for what the lane does not run (AlltoAllv, Send, Recv).
+ */
+size_t hccl_lane_call_bytes(int coll, size_t count, hcclDataType_t dtype, int nranks);
+/* Whether the lane takes a call of that many bytes: the same answer on every rank. */
 bool hccl_lane_takes(const hccl_lane_t *lane, int coll, size_t bytes);
 /* Queues op behind the lane's others and starts it if it is first. */
 void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op);

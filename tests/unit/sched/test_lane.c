@@ -66,8 +66,8 @@ static world_t *world_new_split(int n, size_t max_bytes, size_t flat_max)
             ctx->active[ctx->nactive++] = p;
         }
         assert_true(hccl_shm_lane_reaches_all(ctx, n));
-        assert_int_equal(hccl_lane_create(ctx, r, n, max_bytes, flat_max, on_fatal, &w->fatal[r], &w->lane[r]),
-                         hcclSuccess);
+        hccl_lane_limits_t limits = {max_bytes, flat_max, 0};
+        assert_int_equal(hccl_lane_create(ctx, r, n, &limits, on_fatal, &w->fatal[r], &w->lane[r]), hcclSuccess);
     }
     return w;
 }
@@ -329,6 +329,71 @@ static void test_mismatch(void **state)
     world_free(w);
 }
 
+/* Broadcast, Reduce (flat and split), AllGather, ReduceScatter and AlltoAll, in place and not. */
+static void test_other_collectives(void **state)
+{
+    enum { C = 600 }; /* int32 per rank: 2400 B, split above a flat limit of 1 KiB */
+    (void)state;
+    for (int n = 2; n <= 5; n += 3) {
+        world_t *w = world_new_split(n, HCCL_LANE_CAP, 1024);
+        static int32_t in[5][5 * C], out[5][5 * C];
+        test_op_t t[5];
+        static const int colls[] = {HCCL_COLL_BROADCAST, HCCL_COLL_REDUCE, HCCL_COLL_ALLGATHER,
+                                    HCCL_COLL_REDUCESCATTER, HCCL_COLL_ALLTOALL};
+        for (size_t ci = 0; ci < sizeof(colls) / sizeof(colls[0]); ci++) {
+            for (size_t count = 1; count <= C; count += C - 1) {
+                int coll = colls[ci], root = n - 1;
+                for (int r = 0; r < n; r++) {
+                    for (int i = 0; i < 5 * C; i++) {
+                        in[r][i] = 1000 * r + i;
+                        out[r][i] = -1;
+                    }
+                    /* Broadcast works in place: the root's buffer is both. */
+                    op_init(&t[r], coll, in[r], coll == HCCL_COLL_BROADCAST ? in[r] : out[r], count, hcclInt32,
+                            hcclSum);
+                    t[r].op.root = root;
+                }
+                for (int r = n - 1; r >= 0; r--)
+                    hccl_lane_enqueue(w->lane[r], &t[r].op);
+                drive(w);
+                for (int r = 0; r < n; r++) {
+                    assert_int_equal(t[r].done, 1);
+                    for (size_t i = 0; i < count; i++) {
+                        int64_t sum_i = 0;
+                        for (int q = 0; q < n; q++)
+                            sum_i += 1000 * q + (int64_t)i;
+                        switch (coll) {
+                        case HCCL_COLL_BROADCAST:
+                            assert_int_equal(in[r][i], 1000 * root + (int)i);
+                            break;
+                        case HCCL_COLL_REDUCE:
+                            assert_int_equal(out[r][i], r == root ? sum_i : -1);
+                            break;
+                        case HCCL_COLL_ALLGATHER:
+                            for (int q = 0; q < n; q++)
+                                assert_int_equal(out[r][(size_t)q * count + i], 1000 * q + (int)i);
+                            break;
+                        case HCCL_COLL_REDUCESCATTER: {
+                            int64_t want = 0;
+                            for (int q = 0; q < n; q++)
+                                want += 1000 * q + (int64_t)((size_t)r * count + i);
+                            assert_int_equal(out[r][i], want);
+                            break;
+                        }
+                        case HCCL_COLL_ALLTOALL:
+                            for (int q = 0; q < n; q++)
+                                assert_int_equal(out[r][(size_t)q * count + i],
+                                                 1000 * q + (int)((size_t)r * count + i));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        world_free(w);
+    }
+}
+
 /* A split operation waits for every block, then for every part, and says which. */
 static void test_split_waits(void **state)
 {
@@ -372,7 +437,24 @@ static void test_takes(void **state)
     assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 100));
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 101));
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 0));
-    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 8));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 8));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_REDUCE, 8));
+    assert_int_equal(hccl_lane_call_bytes(HCCL_COLL_ALLGATHER, 5, hcclInt32, 3), 20);
+    assert_int_equal(hccl_lane_call_bytes(HCCL_COLL_REDUCESCATTER, 5, hcclInt32, 3), 60);
+    assert_int_equal(hccl_lane_call_bytes(HCCL_COLL_ALLTOALL, 5, hcclInt64, 3), 120);
+    assert_int_equal(hccl_lane_call_bytes(HCCL_COLL_ALLTOALL, SIZE_MAX / 4, hcclInt64, 3), SIZE_MAX);
+    assert_int_equal(hccl_lane_call_bytes(HCCL_COLL_ALLTOALLV, 5, hcclInt32, 3), SIZE_MAX);
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLTOALLV, SIZE_MAX));
+    /* Where ranks share CPUs, small rooted calls keep to plans. */
+    hccl_lane_destroy(w->lane[0]);
+    assert_int_equal(hccl_lane_create(&w->ctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024}, on_fatal,
+                                      &w->fatal[0], &w->lane[0]),
+                     hcclSuccess);
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 1023));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_REDUCE, 512));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_REDUCE, 1024));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 512));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 4097));
     world_free(w);
     w = world_new(2, SIZE_MAX);
     assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, HCCL_LANE_CAP));
@@ -386,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_every_type),
         cmocka_unit_test(test_queued_in_order),
         cmocka_unit_test(test_wait_replace_fail),
+        cmocka_unit_test(test_other_collectives),
         cmocka_unit_test(test_split_waits),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_takes),
