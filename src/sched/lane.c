@@ -34,6 +34,8 @@ hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, const hccl_la
     lane->limits = *limits;
     if (lane->limits.max_bytes > HCCL_LANE_CAP)
         lane->limits.max_bytes = HCCL_LANE_CAP;
+    if (lane->limits.rooted_max > HCCL_LANE_CAP)
+        lane->limits.rooted_max = HCCL_LANE_CAP;
     lane->failed = hcclSuccess;
     lane->on_fatal = on_fatal;
     lane->fatal_arg = fatal_arg;
@@ -72,8 +74,8 @@ bool hccl_lane_takes(const hccl_lane_t *lane, int coll, size_t bytes)
         return false;
     if (coll == HCCL_COLL_BARRIER)
         return true;
-    if ((coll == HCCL_COLL_BROADCAST || coll == HCCL_COLL_REDUCE) && bytes < lane->limits.rooted_min)
-        return false;
+    if (coll == HCCL_COLL_BROADCAST || coll == HCCL_COLL_REDUCE)
+        return bytes > 0 && bytes >= lane->limits.rooted_min && bytes <= lane->limits.rooted_max;
     return bytes > 0 && bytes <= lane->limits.max_bytes;
 }
 

@@ -56,9 +56,12 @@ struct hccl_lane_op {
 typedef struct {
     size_t max_bytes;  /* the largest (at most HCCL_LANE_CAP) */
     size_t flat_max;   /* AllReduce and Reduce are split above it */
-    size_t rooted_min; /* Broadcast and Reduce smaller than this keep to plans, which let the
-                          other ranks run ahead of the root, where the lane holds everyone to
-                          the slowest: that wins only where every rank has a CPU */
+    /* Broadcast and Reduce from rooted_min to rooted_max bytes: below, plans let the other
+     * ranks run ahead of the root, where the lane holds everyone to the slowest (that wins only
+     * where every rank has a CPU); above max_bytes, the plans' eager messages are what the
+     * receiver falls behind on (2 ranks: a 16 KiB Broadcast takes 13 us as a plan, 2 on the lane). */
+    size_t rooted_min;
+    size_t rooted_max;
 } hccl_lane_limits_t;
 
 /*

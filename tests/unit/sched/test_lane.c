@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <cmocka.h>
 
@@ -44,10 +45,10 @@ static world_t *world_new_split(int n, size_t max_bytes, size_t flat_max)
 
     assert_non_null(w);
     w->n = n;
+    /* Zero pages, touched only where used, as a fresh shm segment is. */
     for (int r = 0; r < n; r++) {
-        w->seg[r] = aligned_alloc(4096, SHM_RINGS_OFFSET);
-        assert_non_null(w->seg[r]);
-        memset(w->seg[r], 0, SHM_RINGS_OFFSET);
+        w->seg[r] = mmap(NULL, SHM_RINGS_OFFSET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        assert_true(w->seg[r] != MAP_FAILED);
     }
     for (int r = 0; r < n; r++) {
         shm_ctx_t *ctx = &w->ctx[r];
@@ -66,7 +67,7 @@ static world_t *world_new_split(int n, size_t max_bytes, size_t flat_max)
             ctx->active[ctx->nactive++] = p;
         }
         assert_true(hccl_shm_lane_reaches_all(ctx, n));
-        hccl_lane_limits_t limits = {max_bytes, flat_max, 0};
+        hccl_lane_limits_t limits = {max_bytes, flat_max, 0, max_bytes};
         assert_int_equal(hccl_lane_create(ctx, r, n, &limits, on_fatal, &w->fatal[r], &w->lane[r]), hcclSuccess);
     }
     return w;
@@ -81,7 +82,7 @@ static void world_free(world_t *w)
 {
     for (int r = 0; r < w->n; r++) {
         hccl_lane_destroy(w->lane[r]);
-        free(w->seg[r]);
+        munmap(w->seg[r], SHM_RINGS_OFFSET);
     }
     free(w);
 }
@@ -447,12 +448,14 @@ static void test_takes(void **state)
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLTOALLV, SIZE_MAX));
     /* Where ranks share CPUs, small rooted calls keep to plans. */
     hccl_lane_destroy(w->lane[0]);
-    assert_int_equal(hccl_lane_create(&w->ctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024}, on_fatal,
+    assert_int_equal(hccl_lane_create(&w->ctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024, 8192}, on_fatal,
                                       &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 1023));
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_REDUCE, 512));
     assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_REDUCE, 1024));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 8192));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 8193));
     assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 512));
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 4097));
     world_free(w);
