@@ -1,7 +1,8 @@
 /*
  * The shm lane with every rank in this process: each rank's shm context is built by hand over
- * heap "segments" that the others map as their peers', so the lane's own code (slots, turns,
- * rank-order reduction, queueing, failure) runs as between processes, driven round-robin.
+ * an anonymous mapping that stands for its segment and that the others use as their peer's,
+ * so the lane's own code (slots, turns, rank-order reduction, queueing, failure) runs as
+ * between processes, driven round-robin.
  */
 #include <setjmp.h>
 #include <stdarg.h>
