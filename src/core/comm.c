@@ -333,11 +333,13 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     hccl_tuner_set_topology(&comm->tuner, comm->node_of, nranks);
     hccl_reactor_set_cores_shared(comm->reactor, hccl_topo_cores_shared(comm));
     {
-        /* Only shm is polled: with a socket in the communicator, a waiter cannot drive it. */
-        bool all_shm = true;
-        for (int r = 0; r < nranks; r++)
+        /* shm and tcp register pollers; rdma's completions reach only the progress thread. */
+        bool all_shm = true, pollable = true;
+        for (int r = 0; r < nranks; r++) {
             all_shm &= r == rank || comm->link_of[r] == HCCL_LINK_SHM;
-        hccl_reactor_set_drivable(comm->reactor, all_shm);
+            pollable &= r == rank || comm->link_of[r] == HCCL_LINK_SHM || comm->link_of[r] == HCCL_LINK_TCP;
+        }
+        hccl_reactor_set_drivable(comm->reactor, pollable);
         if (all_shm && nranks > 1)
             HCCL_CHECK_GOTO(comm_open_lane(comm), res, err_free);
     }

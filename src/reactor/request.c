@@ -125,8 +125,10 @@ static void request_spin(struct hcclRequest *req)
     if (spin_ns <= 0)
         return;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned round = 0; __atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != HCCL_REQ_DONE; round++) {
+    for (unsigned round = 0;; round++) {
         bool helped = hccl_reactor_help(r, &req->state, HCCL_REQ_DONE);
+        if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) == HCCL_REQ_DONE)
+            return; /* not a wake-up for the progress thread: nothing is left for it */
         if (helped || (round & 15) == 15) {
             clock_gettime(CLOCK_MONOTONIC, &t);
             if ((t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec) > spin_ns) {

@@ -36,18 +36,29 @@ typedef struct tcp_conn {
     hccl_conn_t conn;       /* conn.priv points back here */
     struct tcp_ctx *ctx;    /* borrowed */
     int fd;
-    struct event *ev_read;
-    struct event *ev_write;
-    bool write_armed;
+    bool write_armed;       /* the stream has bytes to send: watch for room */
+    bool sleep_full;        /* sleep_epfd watches all its events, not only the peer's end */
     hccl_stream_t stream;
     char peer_addr[64];
 } tcp_conn_t;
 
+/*
+ * The sockets are watched through two epoll sets of our own. The reactor's loop sleeps on
+ * sleep_epfd (one event in libevent); a thread that polls (a waiter driving its collective, or
+ * the spinning progress thread) reads poll_epfd without waiting. Meanwhile sleep_epfd watches
+ * only for a peer's end (EPOLLRDHUP, errors), so that a frame the poller picks up itself does
+ * not also wake the sleeping progress thread, while a peer that dies is still noticed at once,
+ * even when nobody polls. Doing that through libevent would wake the loop on every change.
+ */
 typedef struct tcp_ctx {
     hccl_link_env_t *env;   /* borrowed */
     int listen_fd;
     hccl_sockaddr_t addr;
     tcp_conn_t **conns;     /* [nranks], owned */
+    int sleep_epfd;
+    int poll_epfd;
+    struct event *ev_sleep;
+    bool polling;
 } tcp_ctx_t;
 
 hcclResult_t hccl_tcp_connect_all(tcp_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);

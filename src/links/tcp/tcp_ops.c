@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -61,33 +62,104 @@ static void tcp_conn_fail(tcp_conn_t *tc, hcclResult_t res)
     env->on_fatal(env->fatal_arg, res, msg);
 }
 
+static void tcp_on_readable(tcp_conn_t *tc);
+static void tcp_on_writable(tcp_conn_t *tc);
+
+/* What the epoll sets watch on tc's socket. */
+static uint32_t tcp_interest(const tcp_conn_t *tc)
+{
+    return EPOLLIN | (tc->write_armed ? EPOLLOUT : 0u);
+}
+
+static int tcp_epoll_ctl_raw(tcp_conn_t *tc, int epfd, int op, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = tc};
+
+    return epoll_ctl(epfd, op, tc->fd, &ev);
+}
+
+/* epoll_ctl on one of our sets; a failure fails the connection (an unwatched socket hangs). */
+static bool tcp_epoll_ctl(tcp_conn_t *tc, int epfd, int op, uint32_t events)
+{
+    if (tcp_epoll_ctl_raw(tc, epfd, op, events) == 0)
+        return true;
+    hccl_error_set_quiet(hcclSystemError, "rank %d: tcp connection to rank %d (%s): epoll_ctl: %s",
+                         tc->ctx->env->rank, tc->conn.peer, tc->peer_addr, strerror(errno));
+    tcp_conn_fail(tc, hcclSystemError);
+    return false;
+}
+
+/* What the set the progress thread sleeps on watches: everything, or only the peer's end. */
+static void tcp_sleep_set_watch(tcp_conn_t *tc, bool full)
+{
+    if (tc->fd < 0 || full == tc->sleep_full)
+        return;
+    if (tcp_epoll_ctl(tc, tc->ctx->sleep_epfd, EPOLL_CTL_MOD, full ? tcp_interest(tc) : EPOLLRDHUP))
+        tc->sleep_full = full;
+}
+
 static void tcp_update_write_interest(tcp_conn_t *tc)
 {
     bool want = hccl_stream_tx_pending(&tc->stream);
 
-    if (!tc->ev_write)
-        return; /* closed */
-    if (want && !tc->write_armed)
-        event_add(tc->ev_write, NULL);
-    else if (!want && tc->write_armed)
-        event_del(tc->ev_write);
+    if (tc->fd < 0 || want == tc->write_armed)
+        return;
     tc->write_armed = want;
+    if (!tcp_epoll_ctl(tc, tc->ctx->poll_epfd, EPOLL_CTL_MOD, tcp_interest(tc)))
+        return;
+    if (tc->sleep_full)
+        tcp_epoll_ctl(tc, tc->ctx->sleep_epfd, EPOLL_CTL_MOD, tcp_interest(tc));
 }
 
-static void tcp_on_readable_locked(tcp_conn_t *tc);
+#define TCP_EVENTS_PER_LOOK 64
 
-static void tcp_on_readable(evutil_socket_t fd, short what, void *arg)
+/* Handles what one of the sets reports, without waiting; true if it reported anything. */
+static bool tcp_look(int epfd)
 {
-    tcp_conn_t *tc = arg;
-    hccl_reactor_t *r = tc->ctx->env->reactor;
+    struct epoll_event evs[TCP_EVENTS_PER_LOOK];
+    int n = epoll_wait(epfd, evs, TCP_EVENTS_PER_LOOK, 0);
+
+    for (int i = 0; i < n; i++) {
+        tcp_conn_t *tc = evs[i].data.ptr;
+        /* A connection closed by an earlier event of this batch keeps its struct until fini. */
+        if (tc->fd >= 0 && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+            tcp_on_readable(tc);
+        if (tc->fd >= 0 && (evs[i].events & EPOLLOUT))
+            tcp_on_writable(tc);
+    }
+    return n > 0;
+}
+
+static void tcp_on_sleep_set(evutil_socket_t fd, short what, void *arg)
+{
+    tcp_ctx_t *ctx = arg;
+    hccl_reactor_t *r = ctx->env->reactor;
 
     (void)fd, (void)what;
     hccl_reactor_enter(r);
-    tcp_on_readable_locked(tc);
+    tcp_look(ctx->sleep_epfd);
     hccl_reactor_leave(r);
 }
 
-static void tcp_on_readable_locked(tcp_conn_t *tc)
+/* The reactor's poller: under its lock, on the thread that drives it. */
+static bool tcp_poll(void *arg)
+{
+    tcp_ctx_t *ctx = arg;
+
+    return tcp_look(ctx->poll_epfd);
+}
+
+static void tcp_set_polling(void *arg, bool on)
+{
+    tcp_ctx_t *ctx = arg;
+
+    ctx->polling = on;
+    for (int r = 0; r < ctx->env->nranks; r++)
+        if (ctx->conns[r])
+            tcp_sleep_set_watch(ctx->conns[r], !on);
+}
+
+static void tcp_on_readable(tcp_conn_t *tc)
 {
     hcclResult_t res;
 
@@ -106,20 +178,7 @@ static void tcp_on_readable_locked(tcp_conn_t *tc)
     tcp_update_write_interest(tc); /* receiving may have queued control frames */
 }
 
-static void tcp_on_writable_locked(tcp_conn_t *tc);
-
-static void tcp_on_writable(evutil_socket_t fd, short what, void *arg)
-{
-    tcp_conn_t *tc = arg;
-    hccl_reactor_t *r = tc->ctx->env->reactor;
-
-    (void)fd, (void)what;
-    hccl_reactor_enter(r);
-    tcp_on_writable_locked(tc);
-    hccl_reactor_leave(r);
-}
-
-static void tcp_on_writable_locked(tcp_conn_t *tc)
+static void tcp_on_writable(tcp_conn_t *tc)
 {
     hcclResult_t res;
 
@@ -133,12 +192,9 @@ static void tcp_on_writable_locked(tcp_conn_t *tc)
 
 void hccl_tcp_conn_close(tcp_conn_t *tc)
 {
-    if (tc->ev_read)
-        event_free(tc->ev_read);
-    if (tc->ev_write)
-        event_free(tc->ev_write);
-    tc->ev_read = tc->ev_write = NULL;
+    /* close() takes the socket out of both epoll sets (no other descriptor of it exists). */
     tc->write_armed = false;
+    tc->sleep_full = false;
     if (tc->fd >= 0)
         close(tc->fd);
     tc->fd = -1;
@@ -154,6 +210,7 @@ static hcclResult_t tcp_init(hccl_link_env_t *env, void *blob, void **ctx_p)
         return HCCL_FAIL(hcclSystemError, "tcp: out of memory");
     ctx->env = env;
     ctx->listen_fd = -1;
+    ctx->sleep_epfd = ctx->poll_epfd = -1;
     ctx->conns = hccl_calloc((size_t)env->nranks, sizeof(*ctx->conns));
     if (!ctx->conns) {
         res = HCCL_FAIL(hcclSystemError, "tcp: out of memory");
@@ -193,6 +250,12 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
     struct event_base *base = hccl_reactor_base(env->reactor);
 
     HCCL_CHECK(hccl_tcp_connect_all(ctx, peers, npeers, deadline_ms));
+    if (npeers == 0)
+        return hcclSuccess;
+    ctx->sleep_epfd = epoll_create1(EPOLL_CLOEXEC);
+    ctx->poll_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (ctx->sleep_epfd < 0 || ctx->poll_epfd < 0)
+        return HCCL_FAIL(hcclSystemError, "tcp: epoll_create1: %s", strerror(errno));
     for (int i = 0; i < npeers; i++) {
         tcp_conn_t *tc = ctx->conns[peers[i]];
         tc->conn.ops = &hccl_link_tcp_ops;
@@ -202,12 +265,18 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         hccl_stream_init(&tc->stream, &tcp_io, env->reactor, tc, env->rank, peers[i], SIZE_MAX);
         tc->stream.comm_id = env->comm_id;
         tc->stream.activity = &tc->conn.activity;
-        tc->ev_read = event_new(base, tc->fd, EV_READ | EV_PERSIST, tcp_on_readable, tc);
-        tc->ev_write = event_new(base, tc->fd, EV_WRITE | EV_PERSIST, tcp_on_writable, tc);
-        if (!tc->ev_read || !tc->ev_write || event_add(tc->ev_read, NULL) != 0)
-            return HCCL_FAIL(hcclSystemError, "tcp: cannot register the socket to rank %d", peers[i]);
+        if (tcp_epoll_ctl_raw(tc, ctx->poll_epfd, EPOLL_CTL_ADD, tcp_interest(tc)) != 0 ||
+            tcp_epoll_ctl_raw(tc, ctx->sleep_epfd, EPOLL_CTL_ADD, tcp_interest(tc)) != 0)
+            return HCCL_FAIL(hcclSystemError, "tcp: epoll_ctl for the socket to rank %d: %s", peers[i],
+                             strerror(errno));
+        tc->sleep_full = true;
         conns[peers[i]] = &tc->conn;
     }
+    ctx->ev_sleep = event_new(base, ctx->sleep_epfd, EV_READ | EV_PERSIST, tcp_on_sleep_set, ctx);
+    if (!ctx->ev_sleep || event_add(ctx->ev_sleep, NULL) != 0)
+        return HCCL_FAIL(hcclSystemError, "tcp: cannot register the sockets in the reactor");
+    /* A waiter may then read the sockets itself (see tcp_ctx_t). */
+    HCCL_CHECK(hccl_reactor_add_poller(env->reactor, &(hccl_poller_t){tcp_poll, tcp_set_polling, ctx}));
     /* Every expected peer is in: nobody else may connect. */
     close(ctx->listen_fd);
     ctx->listen_fd = -1;
@@ -301,6 +370,12 @@ static void tcp_fini(void *vctx)
         hccl_stream_fini(&tc->stream);
         hccl_free(tc);
     }
+    if (ctx->ev_sleep)
+        event_free(ctx->ev_sleep);
+    if (ctx->sleep_epfd >= 0)
+        close(ctx->sleep_epfd);
+    if (ctx->poll_epfd >= 0)
+        close(ctx->poll_epfd);
     if (ctx->listen_fd >= 0)
         close(ctx->listen_fd);
     hccl_free(ctx->conns);
