@@ -8,6 +8,8 @@
 #define STREAM_PULL_PROBE 16
 /* Transfers shorter than this are not timed: fixed costs would swamp the per-byte figure. */
 #define STREAM_TIMED_MIN (32u << 10)
+/* Smaller messages are held at once: a copy of them costs less than another turn. */
+#define STREAM_PARK_MIN (64u << 10)
 
 void hccl_stream_init(hccl_stream_t *s, const hccl_stream_io_t *io, hccl_reactor_t *r, void *transport,
                       int rank, int peer, size_t rndv_threshold)
@@ -499,6 +501,11 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
     case HCCL_FRAME_RTS:
         HCCL_CHECK(stream_check_sig_posted(s, f));
         x = hccl_xfer_queue_take(&s->posted, f->seq, f->tag);
+        if (!x && f->type == HCCL_FRAME_DATA && s->park_unmatched && f->len >= STREAM_PARK_MIN &&
+            hccl_reactor_posts_pending(s->reactor)) {
+            s->rx_parked = true;
+            return hcclSuccess;
+        }
         if (!x)
             return stream_hold(s, f->type == HCCL_FRAME_DATA);
         if (stream_check_len(s, f, x) != hcclSuccess)
@@ -675,6 +682,15 @@ static hcclResult_t stream_rx_budget(hccl_stream_t *s, size_t max_bytes, size_t 
                 HCCL_CHECK(stream_on_payload_done(s));
             continue;
         }
+        if (s->rx_parked) {
+            /* The queued completions run first; then the receive is posted, or never will be
+             * before this message is out of the way: it is held. */
+            if (hccl_reactor_posts_pending(s->reactor))
+                return hcclInProgress;
+            s->rx_parked = false;
+            HCCL_CHECK(stream_on_header(s));
+            continue;
+        }
         n = s->io->read(s, (char *)&s->rx_hdr + s->rx_hdr_got, sizeof(s->rx_hdr) - s->rx_hdr_got);
         if (n <= 0)
             return n < 0 ? hcclRemoteError : hcclSuccess;
@@ -715,6 +731,10 @@ static void fail_queue(hccl_stream_t *s, hccl_xfer_queue_t *q, hcclResult_t res)
 
 bool hccl_stream_holds(const hccl_stream_t *s, uint64_t seq, uint32_t *sig)
 {
+    if (s->rx_parked && s->rx_hdr.seq == seq) {
+        *sig = s->rx_hdr.sig;
+        return true;
+    }
     for (const hccl_unexp_t *u = s->unexp_head; u; u = u->next)
         if (u->f.seq == seq) {
             *sig = u->f.sig;
@@ -726,6 +746,7 @@ bool hccl_stream_holds(const hccl_stream_t *s, uint64_t seq, uint32_t *sig)
 bool hccl_stream_closed_cleanly(const hccl_stream_t *s)
 {
     return s->peer_bye && !s->failed && !s->posted.head && !s->await_fin.head && !s->rx_xfer &&
+           !s->rx_parked &&
            !s->rndv_head &&
            !hccl_stream_tx_pending(s);
 }

@@ -109,6 +109,14 @@ struct hccl_stream {
     double pull_ns_per_byte;  /* 0: not measured yet */
     double rndv_ns_per_byte;
     unsigned pull_choices;
+    /*
+     * A transport whose unread bytes announce themselves again (a socket, level-triggered)
+     * may leave a message that arrived before its receive where it is, rather than hold it,
+     * while completions are still queued in the reactor: one of them usually posts that
+     * receive, and the payload then lands in place instead of in a heap copy.
+     */
+    bool park_unmatched;
+    bool rx_parked;           /* rx_hdr read, its receive not posted yet, payload unread */
     bool failed;
     hcclResult_t fail_res;
     bool bye_sent;            /* we are closing gracefully */

@@ -482,6 +482,11 @@ void hccl_reactor_wake(hccl_reactor_t *r)
         HCCL_WARN("reactor: write(wake fd): %s", strerror(errno));
 }
 
+bool hccl_reactor_posts_pending(hccl_reactor_t *r)
+{
+    return atomic_load_explicit(&r->post_head, memory_order_relaxed) != NULL;
+}
+
 void hccl_reactor_post(hccl_reactor_t *r, hccl_post_t *post)
 {
     hccl_post_t *head = post_push(r, post);

@@ -265,6 +265,7 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         hccl_stream_init(&tc->stream, &tcp_io, env->reactor, tc, env->rank, peers[i], SIZE_MAX);
         tc->stream.comm_id = env->comm_id;
         tc->stream.activity = &tc->conn.activity;
+        tc->stream.park_unmatched = true; /* level-triggered epoll: the socket stays readable */
         if (tcp_epoll_ctl_raw(tc, ctx->poll_epfd, EPOLL_CTL_ADD, tcp_interest(tc)) != 0 ||
             tcp_epoll_ctl_raw(tc, ctx->sleep_epfd, EPOLL_CTL_ADD, tcp_interest(tc)) != 0)
             return HCCL_FAIL(hcclSystemError, "tcp: epoll_ctl for the socket to rank %d: %s", peers[i],
