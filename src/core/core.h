@@ -154,6 +154,7 @@ typedef struct hccl_params {
     int nsocks;                      /* TCP sockets per peer (1 today) */
     size_t cma_threshold;            /* shm: messages of at least this many bytes go single-copy */
     size_t shm_pull_max;             /* shm: offers up to this are pulled through the ring */
+    size_t tcp_offer_min;            /* tcp: messages of at least this wait for a PULL */
     bool recv_reduce;                /* a receive feeding a reduce reduces as it arrives */
     size_t lane_max;                 /* HCCL_LANE_MAX: AllReduces up to this take the shm lane;
                                         SIZE_MAX: chosen by the communicator */

@@ -19,7 +19,7 @@ static const char *const known_vars[] = {
     "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
     "HCCL_REDUCE_ISA",   "HCCL_RECV_REDUCE",   "HCCL_SHM_PULL_MAX", "HCCL_LANE_MAX",
-    "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",
+    "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",  "HCCL_TCP_OFFER_MIN",
     "HCCL_IB_HCA",       "HCCL_IB_GID_INDEX",
 };
 
@@ -35,6 +35,9 @@ static const char *const unsupported_vars[] = {
 /* Up to here an offered message whose receive is posted may go through the ring instead of a
  * single-copy read; the receiver times both and takes the faster (see hccl_stream_t.pull_max). */
 #define HCCL_DEFAULT_SHM_PULL_MAX (1u << 20)
+/* From here a tcp message waits for its receiver to ask for it: a sender that runs ahead
+ * would otherwise have it copied into the heap and again into place (a Broadcast's root). */
+#define HCCL_DEFAULT_TCP_OFFER_MIN (256u << 10)
 /* AllReduces up to HCCL_LANE_MAX take the shm lane (sched/lane.h); -1: the communicator's choice. */
 #define HCCL_DEFAULT_LANE_MAX (-1)
 /* A sleep and wake-up through an fd costs about 27 us here: polling up to twice that first
@@ -188,6 +191,9 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     p->cma_threshold = (size_t)hccl_param_env_long("HCCL_CMA_THRESHOLD", HCCL_DEFAULT_CMA_THRESHOLD);
     p->recv_reduce = hccl_param_env_long("HCCL_RECV_REDUCE", 1) != 0;
     p->shm_pull_max = (size_t)hccl_param_env_long("HCCL_SHM_PULL_MAX", HCCL_DEFAULT_SHM_PULL_MAX);
+    p->tcp_offer_min = (size_t)hccl_param_env_long("HCCL_TCP_OFFER_MIN", HCCL_DEFAULT_TCP_OFFER_MIN);
+    if (p->tcp_offer_min == 0)
+        p->tcp_offer_min = SIZE_MAX; /* 0: every message is sent at once */
     p->lane_max = getenv("HCCL_LANE_MAX") ? (size_t)hccl_param_env_long("HCCL_LANE_MAX", 0)
                                           : (size_t)HCCL_DEFAULT_LANE_MAX;
     /* HCCL_FAULT aims at plan steps: with faults to inject, collectives take plans unless the
@@ -220,9 +226,10 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     }
     HCCL_INFO(HCCL_SUB_INIT,
               "params: connect timeout %d ms, exec timeout %d ms, algo '%s', buffsize %zu B, "
-              "links '%s', ifname '%s', cma threshold %zu B, shm pull max %zu B, recv reduce %d, "
-              "lane max %zd B",
+              "links '%s', ifname '%s', cma threshold %zu B, shm pull max %zu B, tcp offer min %zd B, "
+              "recv reduce %d, lane max %zd B",
               p->connect_timeout_ms, p->exec_timeout_ms, p->algo, p->buffsize, p->links, p->ifname,
-              p->cma_threshold, p->shm_pull_max, (int)p->recv_reduce, (ssize_t)p->lane_max);
+              p->cma_threshold, p->shm_pull_max, (ssize_t)p->tcp_offer_min, (int)p->recv_reduce,
+              (ssize_t)p->lane_max);
     return hcclSuccess;
 }

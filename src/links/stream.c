@@ -184,6 +184,24 @@ hcclResult_t hccl_stream_post_send(hccl_stream_t *s, hccl_xfer_t *x)
     return hccl_stream_tx(s);
 }
 
+/* A held message is done with: its buffer is kept for the next ones, in place of a smaller one. */
+static void stream_unexp_free(hccl_stream_t *s, hccl_unexp_t *u)
+{
+    int min = 0;
+
+    for (int i = 1; i < HCCL_STREAM_SPARES; i++)
+        if (s->spare_cap[i] < s->spare_cap[min])
+            min = i;
+    if (u->data && u->cap <= HCCL_STREAM_SPARE_MAX && u->cap > s->spare_cap[min]) {
+        hccl_free(s->spare[min]);
+        s->spare[min] = u->data;
+        s->spare_cap[min] = u->cap;
+    } else {
+        hccl_free(u->data);
+    }
+    hccl_free(u);
+}
+
 static void unexp_remove(hccl_stream_t *s, hccl_unexp_t *prev, hccl_unexp_t *u)
 {
     if (prev)
@@ -246,6 +264,8 @@ static bool stream_choose_pull(hccl_stream_t *s, size_t len)
 
     if (len > s->pull_max || len == 0)
         return false;
+    if (!s->io->rndv_read)
+        return true; /* the offer is a request to send: pulling is the only way */
     /* Each way once first, to have both figures. */
     if (s->pull_ns_per_byte == 0 || s->rndv_ns_per_byte == 0)
         return s->pull_ns_per_byte == 0;
@@ -359,6 +379,11 @@ void hccl_stream_fini(hccl_stream_t *s)
 {
     hccl_free(s->bounce);
     s->bounce = NULL;
+    for (int i = 0; i < HCCL_STREAM_SPARES; i++) {
+        hccl_free(s->spare[i]);
+        s->spare[i] = NULL;
+        s->spare_cap[i] = 0;
+    }
 }
 
 hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
@@ -391,8 +416,7 @@ hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
             return stream_defer_rndv(s, &f, x);
         }
         stream_deliver(x, u->data);
-        hccl_free(u->data);
-        hccl_free(u);
+        stream_unexp_free(s, u);
         x->moved = x->len;
         hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
         return hcclSuccess;
@@ -433,6 +457,16 @@ static hcclResult_t stream_unexp_room(hccl_stream_t *s)
     hccl_unexp_t *u = s->rx_unexp;
     size_t got = (size_t)u->f.len - s->rx_left;
 
+    if (got == 0 && !u->data) {
+        int max = 0;
+        for (int i = 1; i < HCCL_STREAM_SPARES; i++)
+            if (s->spare_cap[i] > s->spare_cap[max])
+                max = i;
+        u->data = s->spare[max];
+        u->cap = s->spare_cap[max];
+        s->spare[max] = NULL;
+        s->spare_cap[max] = 0;
+    }
     if (got == u->cap) {
         /* x8: a 4 MiB chunk costs two reallocs, and what is held stays within 8x what the
          * peer has really sent. */
@@ -491,7 +525,7 @@ const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_
 static hcclResult_t stream_on_header(hccl_stream_t *s)
 {
     const hccl_frame_t *f = &s->rx_hdr;
-    const char *why = hccl_frame_check(f, s->comm_id, s->io->rndv_read != NULL);
+    const char *why = hccl_frame_check(f, s->comm_id, s->io->rndv_read != NULL || s->pull_max > 0);
     hccl_xfer_t *x;
 
     if (why)
@@ -572,8 +606,7 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
                 stream_deliver(x, u->data);
             x->moved = x->len;
             hccl_xfer_complete_later(s->reactor, x, res);
-            hccl_free(u->data);
-            hccl_free(u);
+            stream_unexp_free(s, u);
             return res;
         }
         if (s->unexp_tail)

@@ -66,6 +66,13 @@ typedef struct hccl_ctl {
 
 /* First allocation for a message that arrives before its receive; then it grows x8. */
 #define HCCL_STREAM_HOLD_FIRST (64u << 10)
+/*
+ * Buffers of delivered held messages kept for the next ones (the largest, each at most
+ * SPARE_MAX): a fresh one costs a page fault per 4 KiB, since large allocations are mapped
+ * and unmapped again on free.
+ */
+#define HCCL_STREAM_SPARES 4
+#define HCCL_STREAM_SPARE_MAX (1u << 20)
 
 /*
  * Where a receive with a consume function stages what it cannot use in place: sized to stay in
@@ -141,6 +148,8 @@ struct hccl_stream {
     hccl_xfer_t *rx_xfer;     /* the receive being filled, or NULL */
     char *bounce;             /* owned, HCCL_STREAM_BOUNCE bytes once a consume receive needs it */
     size_t rx_carry;          /* bytes of rx_xfer read into bounce and not consumed yet */
+    char *spare[HCCL_STREAM_SPARES]; /* owned: held messages' buffers, for the next ones */
+    size_t spare_cap[HCCL_STREAM_SPARES];
     size_t rx_rndv_bytes;     /* single-copy bytes read since last counted against the rx budget */
     hccl_unexp_t *rx_unexp;   /* the unexpected message being filled, or NULL */
     hccl_xfer_queue_t posted; /* receives without a message yet */

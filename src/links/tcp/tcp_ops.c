@@ -266,6 +266,10 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         tc->stream.comm_id = env->comm_id;
         tc->stream.activity = &tc->conn.activity;
         tc->stream.park_unmatched = true; /* level-triggered epoll: the socket stays readable */
+        /* Large messages are offered (RTS) and sent when the receiver asks (PULL): they land in
+         * the receive's buffer instead of a heap copy when the sender runs ahead. */
+        tc->stream.rndv_threshold = env->params->tcp_offer_min;
+        tc->stream.pull_max = SIZE_MAX;
         if (tcp_epoll_ctl_raw(tc, ctx->poll_epfd, EPOLL_CTL_ADD, tcp_interest(tc)) != 0 ||
             tcp_epoll_ctl_raw(tc, ctx->sleep_epfd, EPOLL_CTL_ADD, tcp_interest(tc)) != 0)
             return HCCL_FAIL(hcclSystemError, "tcp: epoll_ctl for the socket to rank %d: %s", peers[i],

@@ -185,6 +185,8 @@ static void world_free(world_t *w)
         if (w->ep[i].fd >= 0)
             close(w->ep[i].fd);
     hccl_reactor_destroy(w->r); /* runs what is still posted: the pool is alive until here */
+    for (int i = 0; i < 2; i++)
+        hccl_stream_fini(&w->ep[i].s);
     for (int i = 0; i < w->nbufs; i++)
         free(w->bufs[i]);
     free(w);
@@ -849,6 +851,103 @@ static void test_rndv_pull(void **state)
     world_free(w);
 }
 
+/*
+ * A link without single copy (tcp) that offers large messages: the receiver always asks for
+ * them (PULL), and they land in the receive's buffer, posted before or after the offer.
+ */
+static void test_offer_pulled_without_single_copy(void **state)
+{
+    const size_t len = 100000;
+    world_t *w = world_new(&io_plain, SIZE_MAX);
+
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        w->ep[i].s.rndv_threshold = 4096;
+        w->ep[i].s.pull_max = SIZE_MAX;
+    }
+    for (uint32_t t = 0; t < 6; t++)
+        offer_one(w, 8, t, len, t % 2 == 0);
+    assert_int_equal(w->ep[1].rndv_reads, 0);
+    assert_null(w->ep[1].s.unexp_head);
+    for (int i = 0; i < HCCL_STREAM_SPARES; i++)
+        assert_int_equal(w->ep[1].s.spare_cap[i], 0); /* no payload was ever held */
+    assert_null(w->ep[0].s.await_fin.head);
+    assert_null(w->ep[0].s.pulled.head);
+    assert_int_equal(w->ep[0].err, hcclSuccess);
+    assert_int_equal(w->ep[1].err, hcclSuccess);
+    world_free(w);
+}
+
+/* Reads on ep 1 (ep 0 writing) without running the reactor, until its next header is parked. */
+static void read_until_parked(world_t *w)
+{
+    for (int i = 0; i < MAX_PUMPS && !w->ep[1].s.rx_parked; i++) {
+        ep_step(&w->ep[0]);
+        assert_false(hccl_is_failure(hccl_stream_rx(&w->ep[1].s, 1u << 20)));
+    }
+    assert_true(w->ep[1].s.rx_parked);
+}
+
+/*
+ * park_unmatched: a message that arrives before its receive while completions are queued stays
+ * unread; posted meanwhile, it lands in place. Once the queue ran without posting it, it is
+ * held, and its buffer is kept for the next held message.
+ */
+static void test_park_unmatched(void **state)
+{
+    const size_t len = 100000;
+    world_t *w = world_new(&io_plain, SIZE_MAX);
+    char *sb[4], *rb[4];
+    xf_t *tx[4], *rx[4];
+
+    (void)state;
+    w->ep[1].s.park_unmatched = true;
+    for (uint32_t t = 0; t < 4; t++) {
+        sb[t] = wbuf(w, len);
+        rb[t] = wbuf(w, len);
+        fill(sb[t], len, 70 + t);
+        tx[t] = xf(w, 9, t, sb[t], len);
+        rx[t] = xf(w, 9, t, rb[t], len);
+    }
+    /* 1 follows 0, whose completion is still queued: parked; its receive comes, in place. */
+    assert_int_equal(post_recv(w, 1, rx[0]), hcclSuccess);
+    assert_false(hccl_is_failure(post_send(w, 0, tx[0])));
+    assert_false(hccl_is_failure(post_send(w, 0, tx[1])));
+    read_until_parked(w);
+    assert_int_equal(rx[0]->x.moved, len);
+    assert_int_equal(rx[0]->ndone, 0);
+    assert_null(w->ep[1].s.unexp_head);
+    assert_null(w->ep[1].s.rx_unexp);
+    assert_false(hccl_is_failure(post_recv(w, 1, rx[1])));
+    assert_true(pump_until_done(w, rx[1]));
+    assert_done_ok(rx[0]);
+    assert_done_ok(rx[1]);
+    assert_memory_equal(rb[1], sb[1], len);
+    assert_null(w->ep[1].s.unexp_head);
+    for (int i = 0; i < HCCL_STREAM_SPARES; i++)
+        assert_int_equal(w->ep[1].s.spare_cap[i], 0);
+    /* 3 parked behind 2, then the queue runs without its receive: held, delivered later. */
+    assert_int_equal(post_recv(w, 1, rx[2]), hcclSuccess);
+    assert_false(hccl_is_failure(post_send(w, 0, tx[2])));
+    assert_false(hccl_is_failure(post_send(w, 0, tx[3])));
+    read_until_parked(w);
+    drive_n(w, 3);
+    assert_done_ok(rx[2]);
+    for (int i = 0; i < MAX_PUMPS && !w->ep[1].s.unexp_head; i++)
+        pump_once(w);
+    assert_non_null(w->ep[1].s.unexp_head);
+    assert_false(w->ep[1].s.rx_parked);
+    assert_false(hccl_is_failure(post_recv(w, 1, rx[3])));
+    assert_true(pump_until_done(w, rx[3]));
+    assert_done_ok(rx[3]);
+    assert_memory_equal(rb[3], sb[3], len);
+    assert_int_equal(w->ep[1].s.spare_cap[0] + w->ep[1].s.spare_cap[1] + w->ep[1].s.spare_cap[2] +
+                         w->ep[1].s.spare_cap[3], len); /* the held buffer, kept */
+    assert_int_equal(w->ep[0].err, hcclSuccess);
+    assert_int_equal(w->ep[1].err, hcclSuccess);
+    world_free(w);
+}
+
 static void consume_copy(hccl_xfer_t *x, size_t off, const void *data, size_t len)
 {
     world_t *w = ((xf_t *)x)->w;
@@ -1015,6 +1114,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fail_completes_everything_once, setup, teardown),
         cmocka_unit_test(test_rndv),
         cmocka_unit_test(test_rndv_pull),
+        cmocka_unit_test(test_offer_pulled_without_single_copy),
+        cmocka_unit_test(test_park_unmatched),
         cmocka_unit_test(test_consume),
         cmocka_unit_test_setup_teardown(test_bye_then_recv_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bye_fails_posted_recv, setup, teardown),
