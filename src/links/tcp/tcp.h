@@ -38,6 +38,14 @@ typedef struct tcp_conn {
     int fd;
     bool write_armed;       /* the stream has bytes to send: watch for room */
     bool sleep_full;        /* sleep_epfd watches all its events, not only the peer's end */
+    /*
+     * Read-ahead: a short read (a frame header) takes whatever the socket holds, up to
+     * TCP_READAHEAD bytes, so that a small message costs one recv, not three (header, payload,
+     * and the one that finds the socket empty: a recv shorter than asked says that already).
+     */
+    char *ra;               /* owned, TCP_READAHEAD bytes */
+    size_t ra_pos, ra_len;  /* unread bytes are ra[ra_pos, ra_len) */
+    bool ra_drained;        /* the last recv found the socket empty: this pass reads no more */
     hccl_stream_t stream;
     char peer_addr[64];
 } tcp_conn_t;
@@ -58,6 +66,8 @@ typedef struct tcp_ctx {
     int sleep_epfd;
     int poll_epfd;
     struct event *ev_sleep;
+    struct event *ev_more;  /* a pass ended with bytes read ahead: the next one runs soon */
+    bool more;              /* the same, for the thread that polls */
     bool polling;
 } tcp_ctx_t;
 

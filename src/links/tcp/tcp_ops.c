@@ -12,15 +12,35 @@
 
 /* Bytes read per readable event before giving the other connections a turn. */
 #define TCP_RX_BUDGET (4u << 20)
+#define TCP_READAHEAD (16u << 10)
 
 static ssize_t tcp_io_read(hccl_stream_t *s, void *buf, size_t len)
 {
     tcp_conn_t *tc = s->transport;
-    ssize_t n = recv(tc->fd, buf, len, 0);
+    ssize_t n;
 
-    if (n > 0)
-        return n;
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+    if (tc->ra_pos == tc->ra_len && !tc->ra_drained) {
+        /* Large reads go straight to their buffer; small ones through the read-ahead. */
+        bool direct = len >= TCP_READAHEAD;
+        size_t want = direct ? len : TCP_READAHEAD;
+        n = recv(tc->fd, direct ? buf : tc->ra, want, 0);
+        if (n > 0) {
+            tc->ra_drained = (size_t)n < want;
+            if (direct)
+                return n;
+            tc->ra_pos = 0;
+            tc->ra_len = (size_t)n;
+        }
+    } else {
+        n = 1;
+    }
+    if (tc->ra_pos < tc->ra_len) {
+        size_t k = tc->ra_len - tc->ra_pos < len ? tc->ra_len - tc->ra_pos : len;
+        memcpy(buf, tc->ra + tc->ra_pos, k);
+        tc->ra_pos += k;
+        return (ssize_t)k;
+    }
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
         return 0;
     hccl_error_set_quiet(hcclRemoteError, "rank %d: tcp connection to rank %d (%s) %s", s->rank,
                          s->peer, tc->peer_addr,
@@ -64,6 +84,47 @@ static void tcp_conn_fail(tcp_conn_t *tc, hcclResult_t res)
 
 static void tcp_on_readable(tcp_conn_t *tc);
 static void tcp_on_writable(tcp_conn_t *tc);
+
+/* Another pass over the connections with bytes read ahead: by the poller, else by the loop. */
+static void tcp_come_back(tcp_ctx_t *ctx)
+{
+    static const struct timeval now = {0, 0};
+
+    ctx->more = true;
+    /* A zero timeout, not event_active: libevent runs an event activated by its own callback
+     * in the same turn, and this one may have to wait for the posts of that turn. */
+    if (!ctx->polling)
+        evtimer_add(ctx->ev_more, &now);
+}
+
+/* The connections with bytes read ahead; true if there were any. */
+static bool tcp_read_ahead(tcp_ctx_t *ctx)
+{
+    bool any = false;
+
+    if (!ctx->more)
+        return false;
+    ctx->more = false;
+    for (int r = 0; r < ctx->env->nranks; r++) {
+        tcp_conn_t *tc = ctx->conns[r];
+        if (tc && tc->fd >= 0 && tc->ra_pos < tc->ra_len) {
+            tcp_on_readable(tc);
+            any = true;
+        }
+    }
+    return any;
+}
+
+static void tcp_on_more(evutil_socket_t fd, short what, void *arg)
+{
+    tcp_ctx_t *ctx = arg;
+    hccl_reactor_t *r = ctx->env->reactor;
+
+    (void)fd, (void)what;
+    hccl_reactor_enter(r);
+    tcp_read_ahead(ctx);
+    hccl_reactor_leave(r);
+}
 
 /* What the epoll sets watch on tc's socket. */
 static uint32_t tcp_interest(const tcp_conn_t *tc)
@@ -145,8 +206,9 @@ static void tcp_on_sleep_set(evutil_socket_t fd, short what, void *arg)
 static bool tcp_poll(void *arg)
 {
     tcp_ctx_t *ctx = arg;
+    bool moved = tcp_read_ahead(ctx);
 
-    return tcp_look(ctx->poll_epfd);
+    return tcp_look(ctx->poll_epfd) || moved;
 }
 
 static void tcp_set_polling(void *arg, bool on)
@@ -157,12 +219,15 @@ static void tcp_set_polling(void *arg, bool on)
     for (int r = 0; r < ctx->env->nranks; r++)
         if (ctx->conns[r])
             tcp_sleep_set_watch(ctx->conns[r], !on);
+    if (!on && ctx->more)
+        tcp_come_back(ctx); /* the poller left bytes read ahead: the loop takes over */
 }
 
 static void tcp_on_readable(tcp_conn_t *tc)
 {
     hcclResult_t res;
 
+    tc->ra_drained = false;
     res = hccl_stream_rx(&tc->stream, TCP_RX_BUDGET);
     if (hccl_is_failure(res) && hccl_stream_closed_cleanly(&tc->stream)) {
         /* The peer said goodbye first: its EOF ends the connection, not the communicator. */
@@ -176,6 +241,10 @@ static void tcp_on_readable(tcp_conn_t *tc)
         return;
     }
     tcp_update_write_interest(tc); /* receiving may have queued control frames */
+    /* The pass stopped (budget, a parked message) with bytes read ahead: the socket may not
+     * say readable again for them. */
+    if (tc->ra_pos < tc->ra_len)
+        tcp_come_back(tc->ctx);
 }
 
 static void tcp_on_writable(tcp_conn_t *tc)
@@ -192,6 +261,7 @@ static void tcp_on_writable(tcp_conn_t *tc)
 
 void hccl_tcp_conn_close(tcp_conn_t *tc)
 {
+    tc->ra_pos = tc->ra_len = 0;
     /* close() takes the socket out of both epoll sets (no other descriptor of it exists). */
     tc->write_armed = false;
     tc->sleep_full = false;
@@ -270,6 +340,9 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
          * the receive's buffer instead of a heap copy when the sender runs ahead. */
         tc->stream.rndv_threshold = env->params->tcp_offer_min;
         tc->stream.pull_max = SIZE_MAX;
+        tc->ra = hccl_malloc(TCP_READAHEAD);
+        if (!tc->ra)
+            return HCCL_FAIL(hcclSystemError, "tcp: out of memory");
         if (tcp_epoll_ctl_raw(tc, ctx->poll_epfd, EPOLL_CTL_ADD, tcp_interest(tc)) != 0 ||
             tcp_epoll_ctl_raw(tc, ctx->sleep_epfd, EPOLL_CTL_ADD, tcp_interest(tc)) != 0)
             return HCCL_FAIL(hcclSystemError, "tcp: epoll_ctl for the socket to rank %d: %s", peers[i],
@@ -278,7 +351,8 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         conns[peers[i]] = &tc->conn;
     }
     ctx->ev_sleep = event_new(base, ctx->sleep_epfd, EV_READ | EV_PERSIST, tcp_on_sleep_set, ctx);
-    if (!ctx->ev_sleep || event_add(ctx->ev_sleep, NULL) != 0)
+    ctx->ev_more = evtimer_new(base, tcp_on_more, ctx);
+    if (!ctx->ev_sleep || !ctx->ev_more || event_add(ctx->ev_sleep, NULL) != 0)
         return HCCL_FAIL(hcclSystemError, "tcp: cannot register the sockets in the reactor");
     /* A waiter may then read the sockets itself (see tcp_ctx_t). */
     HCCL_CHECK(hccl_reactor_add_poller(env->reactor, &(hccl_poller_t){tcp_poll, tcp_set_polling, ctx}));
@@ -373,10 +447,13 @@ static void tcp_fini(void *vctx)
         hccl_stream_fail(&tc->stream, hcclAborted);
         hccl_tcp_conn_close(tc);
         hccl_stream_fini(&tc->stream);
+        hccl_free(tc->ra);
         hccl_free(tc);
     }
     if (ctx->ev_sleep)
         event_free(ctx->ev_sleep);
+    if (ctx->ev_more)
+        event_free(ctx->ev_more);
     if (ctx->sleep_epfd >= 0)
         close(ctx->sleep_epfd);
     if (ctx->poll_epfd >= 0)
