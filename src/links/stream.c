@@ -546,14 +546,9 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
             return stream_fail_xfer(s, x, hcclInvalidUsage);
         if (f->type == HCCL_FRAME_RTS)
             return stream_choose_pull(s, x->len) ? stream_pull(s, f, x) : stream_rndv(s, f, x);
-        /*
-         * A pulled message is timed from its request, or from the end of the message before it
-         * if that came later: waiting for its turn is not its cost, but the sender's copy is
-         * (timed from its first byte, a message the sender had already copied while the one
-         * before was read looks as fast as a copy out of cache).
-         */
-        if (x->t0_ns && s->rx_last_done_ns > x->t0_ns)
-            x->t0_ns = s->rx_last_done_ns;
+        /* A pulled message is timed from its first byte: waiting for its turn is not its cost. */
+        if (x->t0_ns)
+            x->t0_ns = hccl_now_ns();
         s->rx_xfer = x;
         s->rx_dst = x->buf;
         s->rx_left = x->len;
@@ -593,12 +588,9 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
 {
     s->rx_in_payload = false;
     if (s->rx_xfer) {
-        if (s->rx_xfer->t0_ns) {
-            s->rx_last_done_ns = hccl_now_ns();
-            if (s->rx_xfer->len >= STREAM_TIMED_MIN)
-                stream_cost_sample(&s->pull_ns_per_byte, s->rx_last_done_ns - s->rx_xfer->t0_ns,
-                                   s->rx_xfer->len);
-        }
+        if (s->rx_xfer->t0_ns && s->rx_xfer->len >= STREAM_TIMED_MIN)
+            stream_cost_sample(&s->pull_ns_per_byte, hccl_now_ns() - s->rx_xfer->t0_ns,
+                               s->rx_xfer->len);
         s->rx_xfer->moved = s->rx_xfer->len;
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, hcclSuccess);
         s->rx_xfer = NULL;

@@ -114,7 +114,6 @@ struct hccl_stream {
      */
     size_t pull_max;
     double pull_ns_per_byte;  /* 0: not measured yet */
-    int64_t rx_last_done_ns;  /* when the last pulled message was all read */
     double rndv_ns_per_byte;
     unsigned pull_choices;
     /*
