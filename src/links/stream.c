@@ -375,15 +375,20 @@ char *hccl_stream_bounce(hccl_stream_t *s)
     return s->bounce;
 }
 
-void hccl_stream_fini(hccl_stream_t *s)
+static void stream_free_spares(hccl_stream_t *s)
 {
-    hccl_free(s->bounce);
-    s->bounce = NULL;
     for (int i = 0; i < HCCL_STREAM_SPARES; i++) {
         hccl_free(s->spare[i]);
         s->spare[i] = NULL;
         s->spare_cap[i] = 0;
     }
+}
+
+void hccl_stream_fini(hccl_stream_t *s)
+{
+    hccl_free(s->bounce);
+    s->bounce = NULL;
+    stream_free_spares(s);
 }
 
 hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x)
@@ -847,4 +852,5 @@ void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res)
         hccl_free(u);
     }
     s->unexp_tail = NULL;
+    stream_free_spares(s); /* a failed stream holds nothing again */
 }

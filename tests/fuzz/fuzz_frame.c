@@ -143,6 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     (void)hccl_stream_closed_cleanly(&s);
     hccl_stream_fail(&s, hcclAborted);
+    hccl_stream_fini(&s);
     for (int i = 0; i < 4; i++)
         hccl_reactor_drive(reactor, 0);
     for (int i = 0; i < nfx; i++) {
