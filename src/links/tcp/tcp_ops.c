@@ -215,6 +215,11 @@ static void tcp_set_polling(void *arg, bool on)
 {
     tcp_ctx_t *ctx = arg;
 
+    /* What came while nobody polled goes first, before the poller's thread runs new posts: a
+     * peer's end (its failure frame) must fail the communicator before a late call can match
+     * the message the peer sent ahead of it. */
+    if (on)
+        tcp_look(ctx->sleep_epfd);
     ctx->polling = on;
     for (int r = 0; r < ctx->env->nranks; r++)
         if (ctx->conns[r])
