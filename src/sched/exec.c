@@ -20,6 +20,15 @@ struct hccl_exec {
     int inflight;
     hccl_run_t *pool;         /* finished runs kept for reuse, linked by next */
     int npool;
+    /*
+     * One scratch larger than EXEC_KEEP_SCRATCH, kept for the next run that needs as much:
+     * reallocating it each time cost every call a page fault per 4 KiB (a 64 MiB ReduceScatter
+     * at 4 ranks, whose ring keeps 32 MiB of partial sums, spent a quarter of its time
+     * faulting). Sized by the largest need so far; freed with the executor.
+     */
+    void *big;
+    size_t big_cap;
+    bool big_busy;            /* a run in flight uses it */
     bool recv_reduce;         /* see hccl_exec_set_recv_reduce */
     uint64_t nfused;          /* receives whose payload was reduced as it arrived */
     hccl_exec_step_hook_t step_hook; /* NULL unless faults are injected */
@@ -28,8 +37,9 @@ struct hccl_exec {
 
 /*
  * Runs are recycled with their arrays and scratch, so that a collective whose plan is cached
- * allocates nothing. Scratch up to EXEC_KEEP_SCRATCH is kept: beyond that, keeping it would
- * cost more resident memory than allocating it costs time.
+ * allocates nothing. A pooled run keeps scratch up to EXEC_KEEP_SCRATCH; a larger need takes
+ * the executor's one big scratch (hccl_exec.big), so that what stays resident is one large
+ * buffer, not one per pooled run.
  */
 #define EXEC_POOL_RUNS 8
 #define EXEC_KEEP_SCRATCH (8u << 20)
@@ -42,6 +52,7 @@ struct hccl_run {
     char *base[HCCL_NUM_SLOTS];
     void *scratch;            /* owned */
     size_t scratch_cap;
+    bool uses_big;            /* its scratch is the executor's big one, not scratch */
     uint32_t steps_cap;       /* capacity of left, ready and xfers */
     uint32_t *left;           /* owned: unfinished predecessors per step */
     uint32_t *ready;          /* owned: stack of steps ready to issue */
@@ -95,6 +106,7 @@ void hccl_exec_destroy(hccl_exec_t *ex)
         ex->pool = run->next;
         run_release_memory(run);
     }
+    hccl_free(ex->big);
     hccl_free(ex);
 }
 
@@ -135,6 +147,10 @@ static void run_free(hccl_run_t *run)
 
     hccl_plan_release(run->plan);
     run->plan = NULL;
+    if (run->uses_big) {
+        run->uses_big = false;
+        ex->big_busy = false;
+    }
     if (ex->npool == EXEC_POOL_RUNS) {
         run_release_memory(run);
         return;
@@ -172,6 +188,18 @@ static hccl_run_t *run_get(hccl_exec_t *ex, uint32_t n, size_t scratch)
     run->scratch = keep.scratch;
     run->scratch_cap = keep.scratch_cap;
     run->ex = ex;
+    if (scratch > EXEC_KEEP_SCRATCH && !ex->big_busy) {
+        if (ex->big_cap < scratch) {
+            hccl_free(ex->big);
+            ex->big = hccl_malloc(scratch);
+            ex->big_cap = ex->big ? scratch : 0;
+        }
+        if (ex->big) {
+            ex->big_busy = true;
+            run->uses_big = true;
+            scratch = 0; /* nothing more of its own */
+        }
+    }
     if (run->steps_cap < n + 1 || !run->left) {
         hccl_free(run->left);
         hccl_free(run->ready);
@@ -187,6 +215,8 @@ static hccl_run_t *run_get(hccl_exec_t *ex, uint32_t n, size_t scratch)
         run->scratch_cap = run->scratch ? scratch : 0;
     }
     if (!run->left || !run->ready || !run->xfers || (scratch && !run->scratch)) {
+        if (run->uses_big)
+            ex->big_busy = false;
         run_release_memory(run);
         return NULL;
     }
@@ -452,7 +482,7 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
     run->sig = sig;
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;
-    run->base[HCCL_SLOT_SCRATCH] = run->scratch;
+    run->base[HCCL_SLOT_SCRATCH] = run->uses_big ? ex->big : run->scratch;
     run->remaining = n;
     run->cb = cb;
     run->cb_arg = arg;

@@ -488,6 +488,86 @@ static void test_exec_runs_in_flight(void **state)
     sim2_fini(&s);
 }
 
+/* Above the scratch a pooled run keeps (8 MiB): the executor's one big scratch. */
+#define BIG_SCRATCH ((size_t)9 << 20)
+
+/* rank r of 2: copy(scratch <- send), then send(scratch) / recv(recv): RECV gets the peer's SEND. */
+static hccl_plan_t *build_via_scratch_plan(int rank)
+{
+    hccl_plan_t *p = new_plan(rank, 2);
+    uint32_t cp, sd;
+
+    p->scratch_bytes = BIG_SCRATCH;
+    assert_int_equal(hccl_plan_copy(p, hccl_bref(HCCL_SLOT_SCRATCH, 0), hccl_bref(HCCL_SLOT_SEND, 0),
+                                    BIG_SCRATCH, &cp), hcclSuccess);
+    assert_int_equal(hccl_plan_send(p, 1 - rank, 1, hccl_bref(HCCL_SLOT_SCRATCH, 0), BIG_SCRATCH,
+                                    &sd), hcclSuccess);
+    assert_int_equal(hccl_plan_dep(p, cp, sd), hcclSuccess);
+    assert_int_equal(hccl_plan_recv(p, 1 - rank, 1, hccl_bref(HCCL_SLOT_RECV, 0), BIG_SCRATCH, NULL),
+                     hcclSuccess);
+    assert_int_equal(hccl_plan_finalize(p, BIG_SCRATCH, BIG_SCRATCH), hcclSuccess);
+    return p;
+}
+
+/*
+ * A large scratch is kept for the next run (no allocation, so no page faults, the second
+ * time), and two runs in flight at once never share it: the second gets one of its own.
+ */
+static void test_exec_big_scratch(void **state)
+{
+    sim2_t s;
+    hccl_plan_t *plan[2];
+    unsigned char *sendbuf[2][3], *recvbuf[2][3];
+    done_t d[2][3];
+
+    (void)state;
+    sim2_init(&s);
+    memset(d, 0, sizeof(d));
+    for (int r = 0; r < 2; r++) {
+        plan[r] = build_via_scratch_plan(r);
+        for (int k = 0; k < 3; k++) {
+            sendbuf[r][k] = malloc(BIG_SCRATCH);
+            recvbuf[r][k] = calloc(1, BIG_SCRATCH);
+            assert_non_null(sendbuf[r][k]);
+            assert_non_null(recvbuf[r][k]);
+            memset(sendbuf[r][k], 1 + r * 3 + k, BIG_SCRATCH);
+        }
+    }
+    /* Runs 0 and 1 in flight together on rank 0, then on rank 1: rank 0's two sends wait in
+     * scratch until rank 1 posts its receives. */
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(hccl_exec_start(s.ex[r], plan[r], 20 + (uint64_t)k, sendbuf[r][k],
+                                             recvbuf[r][k], on_done, &d[r][k], NULL), hcclSuccess);
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 2; r++)
+            assert_true(drive_until(s.r, &d[r][k].ndone, 1));
+    /* Run 2 finds the big scratch free and allocates nothing at all. */
+    for (int r = 0; r < 2; r++) {
+        hccl_alloc_fail_at(1);
+        assert_int_equal(hccl_exec_start(s.ex[r], plan[r], 22, sendbuf[r][2], recvbuf[r][2], on_done,
+                                         &d[r][2], NULL), hcclSuccess);
+        hccl_alloc_fail_at(0);
+    }
+    for (int r = 0; r < 2; r++)
+        assert_true(drive_until(s.r, &d[r][2].ndone, 1));
+    drive_some(s.r, 3);
+    for (int r = 0; r < 2; r++) {
+        for (int k = 0; k < 3; k++) {
+            unsigned char want = (unsigned char)(1 + (1 - r) * 3 + k);
+            assert_int_equal(d[r][k].ndone, 1);
+            assert_int_equal(d[r][k].res, hcclSuccess);
+            assert_int_equal(recvbuf[r][k][0], want);
+            assert_int_equal(recvbuf[r][k][BIG_SCRATCH / 2], want);
+            assert_int_equal(recvbuf[r][k][BIG_SCRATCH - 1], want);
+            free(sendbuf[r][k]);
+            free(recvbuf[r][k]);
+        }
+        hccl_plan_release(plan[r]);
+    }
+    sim2_fini(&s);
+}
+
 /* An empty plan and a local-only plan still complete through the callback, later. */
 static void test_exec_local_only(void **state)
 {
@@ -856,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_finalize_rejects_writes_to_send),
         cmocka_unit_test(test_exec_avg_two_ranks),
         cmocka_unit_test(test_exec_runs_in_flight),
+        cmocka_unit_test(test_exec_big_scratch),
         cmocka_unit_test(test_exec_local_only),
         cmocka_unit_test(test_exec_post_failure),
         cmocka_unit_test(test_exec_fail_all_waits_for_link),
