@@ -8,6 +8,8 @@
 #define STREAM_PULL_PROBE 16
 /* Transfers shorter than this are not timed: fixed costs would swamp the per-byte figure. */
 #define STREAM_TIMED_MIN (32u << 10)
+/* A sender's copy cost of this many ps per byte or more (1 MB/s) is not believed. */
+#define STREAM_SENDER_PS_MAX 1000000u
 /* Smaller messages are held at once: a copy of them costs less than another turn. */
 #define STREAM_PARK_MIN (64u << 10)
 
@@ -80,6 +82,13 @@ bool hccl_stream_tx_pending(const hccl_stream_t *s)
     return !s->failed && (s->tx_cur || s->tx_ctl || s->ctl_head || s->txq.head || s->pulled.head);
 }
 
+static void stream_cost_sample(double *avg, int64_t ns, size_t len)
+{
+    double v = (double)(ns > 0 ? ns : 1) / (double)len;
+
+    *avg = *avg > 0 ? 0.75 * *avg + 0.25 * v : v;
+}
+
 /* Picks the next frame to write: control frames first, they unblock the peer. */
 static void stream_tx_next(hccl_stream_t *s)
 {
@@ -91,14 +100,18 @@ static void stream_tx_next(hccl_stream_t *s)
         s->tx_hdr = s->tx_ctl->f;
     } else {
         hccl_xfer_t *x = hccl_xfer_queue_pop(&s->pulled);
+        /* A pulled message tells the receiver what our copies into the wire cost. */
+        uint64_t addr = x ? (uint64_t)(s->tx_pull_ns_per_byte * 1000.0 + 0.5) : 0;
         bool rndv = false;
+        s->tx_pulled = x != NULL;
         if (!x) {
             x = hccl_xfer_queue_pop(&s->txq);
             rndv = x->len >= s->rndv_threshold;
+            addr = rndv ? (uint64_t)(uintptr_t)x->buf : 0;
         }
         s->tx_cur = x;
         frame_fill(s, &s->tx_hdr, rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA, x->seq, x->tag, x->len,
-                   rndv ? (uint64_t)(uintptr_t)x->buf : 0);
+                   addr);
         s->tx_hdr.sig = x->sig;
     }
     s->tx_hdr_done = 0;
@@ -111,6 +124,12 @@ static void stream_tx_frame_done(hccl_stream_t *s)
         hccl_free(s->tx_ctl);
         s->tx_ctl = NULL;
         return;
+    }
+    if (s->tx_pulled) {
+        if (s->tx_cur->len >= STREAM_TIMED_MIN)
+            stream_cost_sample(&s->tx_pull_ns_per_byte, s->tx_pull_ns, s->tx_cur->len);
+        s->tx_pull_ns = 0;
+        s->tx_pulled = false;
     }
     if (s->tx_hdr.type == HCCL_FRAME_RTS) {
         hccl_xfer_queue_push(&s->await_fin, s->tx_cur);
@@ -147,7 +166,13 @@ static hcclResult_t stream_tx_frames(hccl_stream_t *s, bool *moved)
             stream_tx_frame_done(s);
             continue;
         }
-        w = s->io->writev(s, iov, n);
+        if (s->tx_pulled) {
+            int64_t t0 = hccl_now_ns();
+            w = s->io->writev(s, iov, n);
+            s->tx_pull_ns += hccl_now_ns() - t0;
+        } else {
+            w = s->io->writev(s, iov, n);
+        }
         if (w < 0)
             return hcclRemoteError;
         if (w == 0)
@@ -248,13 +273,6 @@ static hcclResult_t stream_check_len(hccl_stream_t *s, const hccl_frame_t *f, co
                      "(do the ranks call the same collective with the same count and type?)",
                      s->rank, s->peer, (unsigned long long)f->len, (unsigned long long)f->seq, f->tag,
                      x->len);
-}
-
-static void stream_cost_sample(double *avg, int64_t ns, size_t len)
-{
-    double v = (double)(ns > 0 ? ns : 1) / (double)len;
-
-    *avg = *avg > 0 ? 0.75 * *avg + 0.25 * v : v;
 }
 
 /* Whether to pull an offered message of len bytes rather than read it single-copy. */
@@ -552,8 +570,12 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
         if (f->type == HCCL_FRAME_RTS)
             return stream_choose_pull(s, x->len) ? stream_pull(s, f, x) : stream_rndv(s, f, x);
         /* A pulled message is timed from its first byte: waiting for its turn is not its cost. */
-        if (x->t0_ns)
+        if (x->t0_ns) {
             x->t0_ns = hccl_now_ns();
+            /* The sender's copy, which the first byte does not show: see pull_max. */
+            s->rx_sender_ps_per_byte =
+                s->count_sender_copy && s->io->rndv_read && f->addr < STREAM_SENDER_PS_MAX ? f->addr : 0;
+        }
         s->rx_xfer = x;
         s->rx_dst = x->buf;
         s->rx_left = x->len;
@@ -593,9 +615,12 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
 {
     s->rx_in_payload = false;
     if (s->rx_xfer) {
-        if (s->rx_xfer->t0_ns && s->rx_xfer->len >= STREAM_TIMED_MIN)
-            stream_cost_sample(&s->pull_ns_per_byte, hccl_now_ns() - s->rx_xfer->t0_ns,
-                               s->rx_xfer->len);
+        if (s->rx_xfer->t0_ns && s->rx_xfer->len >= STREAM_TIMED_MIN) {
+            /* The two copies overlap (on two CPUs): the slower one is what pulling costs. */
+            int64_t mine = hccl_now_ns() - s->rx_xfer->t0_ns;
+            int64_t theirs = (int64_t)(s->rx_sender_ps_per_byte * s->rx_xfer->len / 1000);
+            stream_cost_sample(&s->pull_ns_per_byte, mine > theirs ? mine : theirs, s->rx_xfer->len);
+        }
         s->rx_xfer->moved = s->rx_xfer->len;
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, hcclSuccess);
         s->rx_xfer = NULL;
@@ -818,6 +843,7 @@ void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res)
     if (s->tx_cur)
         hccl_xfer_complete_later(s->reactor, s->tx_cur, res);
     s->tx_cur = NULL;
+    s->tx_pulled = false;
     if (s->rx_xfer)
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, res);
     s->rx_xfer = NULL;

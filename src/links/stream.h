@@ -17,7 +17,7 @@
 #define HCCL_WIRE_MAX_LEN (1ull << 40)
 
 enum {
-    HCCL_FRAME_DATA = 1, /* len payload bytes follow */
+    HCCL_FRAME_DATA = 1, /* len payload bytes follow; addr: see pull_max */
     HCCL_FRAME_RTS = 2,  /* single-copy offer: read len bytes at addr in the sender's memory */
     HCCL_FRAME_FIN = 3,  /* the receiver has read an RTS message */
     HCCL_FRAME_NACK = 4, /* the receiver cannot read it: send it as DATA */
@@ -108,13 +108,25 @@ struct hccl_stream {
      * the wire (PULL, then DATA) instead of read single-copy: the sender's copy into the wire
      * runs on its own core, in parallel with the receiver's use of it. Which is faster depends
      * on where the two processes run (pulling is 1.5-3x faster where the cores share a cache,
-     * and 1.5-2x slower where they do not, on the same machine an hour apart): the receiver
+     * and 1.5-4x slower where they do not, on the same machine minutes apart): the receiver
      * times both ways (ns per byte, moving averages) and takes the faster, trying the other
      * every STREAM_PULL_PROBE-th message so that a change is seen. 0 = never pull.
+     * A pulled message is timed from its first byte (waiting for its turn is not its cost),
+     * or by the sender's copy into the wire if that was slower: the two copies run at once,
+     * but the first byte does not show the sender's where the wire publishes a frame once it
+     * is written (a ring). The sender times its copies of pulled messages and sends the
+     * figure (ps per byte) in each pulled DATA frame's addr; the receiver uses it if
+     * count_sender_copy (a link with single copy, whose ranks each have a CPU of their own:
+     * where they share one, the time includes turns off the CPU).
      */
     size_t pull_max;
     double pull_ns_per_byte;  /* 0: not measured yet */
     double rndv_ns_per_byte;
+    bool tx_pulled;           /* tx_cur answers a PULL: its writes are timed */
+    int64_t tx_pull_ns;       /* spent writing tx_cur so far */
+    double tx_pull_ns_per_byte; /* our copies of pulled messages into the wire (average) */
+    uint64_t rx_sender_ps_per_byte; /* the sender's figure, from rx_xfer's frame */
+    bool count_sender_copy;   /* see pull_max */
     unsigned pull_choices;
     /*
      * A transport whose unread bytes announce themselves again (a socket, level-triggered)

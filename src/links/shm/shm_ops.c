@@ -388,6 +388,26 @@ static void shm_allow_single_copy(void)
 /* Where every rank of the host has a CPU of its own, the part of each ring in use. */
 #define SHM_RING_WINDOW (2u << 20)
 
+/* Whether every rank of this host is pinned to a CPU of its own (from the cards). */
+static bool shm_cpus_own(const shm_ctx_t *ctx)
+{
+    const hccl_link_env_t *env = ctx->env;
+    const hccl_card_t *me = &env->cards[env->rank];
+
+    for (int a = 0; a < env->nranks; a++) {
+        const hccl_card_t *ca = &env->cards[a];
+        if (strcmp(ca->host, me->host) != 0)
+            continue;
+        if (ca->pinned_cpu == 0)
+            return false;
+        for (int b = a + 1; b < env->nranks; b++)
+            if (env->cards[b].pinned_cpu == ca->pinned_cpu &&
+                strcmp(env->cards[b].host, me->host) == 0)
+                return false;
+    }
+    return true;
+}
+
 /*
  * Where every rank of this host is pinned to a CPU of its own, each receiver drains its rings
  * as they fill, and a 2 MiB ring keeps the copies through it in cache (2 ranks, medians of 5
@@ -399,20 +419,8 @@ static void shm_allow_single_copy(void)
  */
 static size_t shm_ring_window(const shm_ctx_t *ctx)
 {
-    const hccl_link_env_t *env = ctx->env;
-    const hccl_card_t *me = &env->cards[env->rank];
-
-    for (int a = 0; a < env->nranks; a++) {
-        const hccl_card_t *ca = &env->cards[a];
-        if (strcmp(ca->host, me->host) != 0)
-            continue;
-        if (ca->pinned_cpu == 0)
-            return ctx->ring_bytes;
-        for (int b = a + 1; b < env->nranks; b++)
-            if (env->cards[b].pinned_cpu == ca->pinned_cpu &&
-                strcmp(env->cards[b].host, me->host) == 0)
-                return ctx->ring_bytes;
-    }
+    if (!shm_cpus_own(ctx))
+        return ctx->ring_bytes;
     return ctx->ring_bytes < SHM_RING_WINDOW ? ctx->ring_bytes : SHM_RING_WINDOW;
 }
 
@@ -440,6 +448,8 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
                          env->params->cma_threshold);
         sc->stream.comm_id = env->comm_id;
         sc->stream.pull_max = env->params->shm_pull_max;
+        /* Where ranks share CPUs, a sender's copy timed includes its turns off the CPU. */
+        sc->stream.count_sender_copy = shm_cpus_own(ctx);
         sc->stream.activity = &sc->conn.activity;
         sc->live_ev = event_new(base, sc->out_fd, EV_READ | EV_PERSIST, shm_on_peer_gone, sc);
         if (!sc->live_ev || event_add(sc->live_ev, NULL) != 0)

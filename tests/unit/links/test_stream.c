@@ -852,6 +852,50 @@ static void test_rndv_pull(void **state)
 }
 
 /*
+ * A pulled message's cost counts the sender's copy into the wire: the sender times its copies
+ * of pulled messages and sends the figure in the DATA frame, which a receiver that could read
+ * single-copy adds to what it timed itself (where it counts the sender's copy: ranks on CPUs
+ * of their own); one that could not (tcp) ignores it.
+ */
+static void test_pull_counts_sender_copy(void **state)
+{
+    const size_t len = 100000;
+    world_t *w = world_new(&io_rndv, 4096);
+    hccl_stream_t *ss = &w->ep[0].s, *rs = &w->ep[1].s;
+
+    (void)state;
+    rs->pull_max = len;
+    rs->count_sender_copy = true;
+    offer_one(w, 4, 1, len, true); /* nothing measured: pulled */
+    assert_int_equal(w->ep[1].rndv_reads, 0);
+    assert_true(ss->tx_pull_ns_per_byte > 0); /* the sender timed its copy */
+    /* The sender says its copies cost 2 ns per byte; the receiver is made to pull again. */
+    ss->tx_pull_ns_per_byte = 2.0;
+    rs->pull_ns_per_byte = 0;
+    rs->rndv_ns_per_byte = 1e9;
+    offer_one(w, 4, 2, len, true);
+    assert_int_equal(w->ep[1].rndv_reads, 0);
+    assert_int_equal(rs->rx_sender_ps_per_byte, 2000);
+    assert_true(rs->pull_ns_per_byte >= 2.0);
+    assert_int_equal(w->ep[0].err, hcclSuccess);
+    assert_int_equal(w->ep[1].err, hcclSuccess);
+    world_free(w);
+
+    w = world_new(&io_plain, SIZE_MAX);
+    for (int i = 0; i < 2; i++) {
+        w->ep[i].s.rndv_threshold = 4096;
+        w->ep[i].s.pull_max = SIZE_MAX;
+    }
+    w->ep[0].s.tx_pull_ns_per_byte = 2.0;
+    w->ep[1].s.count_sender_copy = true;
+    offer_one(w, 5, 1, len, true);
+    assert_int_equal(w->ep[1].s.rx_sender_ps_per_byte, 0);
+    assert_int_equal(w->ep[0].err, hcclSuccess);
+    assert_int_equal(w->ep[1].err, hcclSuccess);
+    world_free(w);
+}
+
+/*
  * A link without single copy (tcp) that offers large messages: the receiver always asks for
  * them (PULL), and they land in the receive's buffer, posted before or after the offer.
  */
@@ -1114,6 +1158,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fail_completes_everything_once, setup, teardown),
         cmocka_unit_test(test_rndv),
         cmocka_unit_test(test_rndv_pull),
+        cmocka_unit_test(test_pull_counts_sender_copy),
         cmocka_unit_test(test_offer_pulled_without_single_copy),
         cmocka_unit_test(test_park_unmatched),
         cmocka_unit_test(test_consume),
