@@ -220,8 +220,9 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     /* Measured here: at 2 ranks on 2 cores the plans' rings win from 16 KiB (each lane slot is
      * rewritten while the peer still caches it), except for Broadcast and Reduce up to 32 KiB
      * (see hccl_lane_limits_t); where ranks share cores, the lane wins up to its largest
-     * block, 4 MiB (8 ranks: 5.1-5.6 ms against 7.9-9.3 for a plan), since a plan waits for
-     * each rank's turn on a core at every step, where the lane needs each rank to run about
+     * block, 16 MiB (a 4 MiB AllReduce at 8 ranks: 5.1-5.6 ms against 7.9-9.3 for a plan; at
+     * 16 MiB, 1.3-1.6x a plan's busbw at 4 and 8 ranks, Broadcast 1.5-1.9x), since a plan waits
+     * for each rank's turn on a core at every step, where the lane needs each rank to run about
      * three times. */
     if (max == SIZE_MAX) {
         limits.max_bytes = shared ? HCCL_LANE_CAP : 8192;

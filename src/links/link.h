@@ -190,7 +190,9 @@ extern const hccl_link_ops_t hccl_link_rdma_ops;
  * every block and part of it): then everyone has read what k - 2 left in the slot it reuses.
  * Reactor thread (or its driver).
  */
-#define HCCL_LANE_CAP (4u << 20)                 /* the largest block */
+/* The largest block: two slots of it and of a part per rank are mapped, and touched only as
+ * far as operations reach. */
+#define HCCL_LANE_CAP (16u << 20)
 #define HCCL_LANE_PART_CAP (HCCL_LANE_CAP / 2 + 64) /* the largest share of a split operation */
 /* Whether every other rank of nranks is reached by this shm context. */
 bool hccl_shm_lane_reaches_all(void *shm_ctx, int nranks);
