@@ -103,18 +103,37 @@ static void reactor_set_polling(hccl_reactor_t *r, bool on)
             r->pollers[i].set_polling(r->pollers[i].arg, on);
 }
 
-/* Posts and pollers, without any system call; true if anything moved. Under prog_mtx. */
-static bool reactor_poll_once(hccl_reactor_t *r)
+/*
+ * The posts, including those they post (a completion posts the run's end, which posts the
+ * request's): a bounded number of passes, so that a chain of them does not cost a round of
+ * the pollers (a socket look is a system call) per link. True if any ran. Under prog_mtx.
+ */
+static bool reactor_run_all_posts(hccl_reactor_t *r)
 {
     bool moved = false;
 
-    if (atomic_load(&r->post_head)) {
+    for (int pass = 0; pass < 4 && atomic_load(&r->post_head); pass++) {
         reactor_run_posts(r);
         moved = true;
     }
+    return moved;
+}
+
+static bool reactor_run_pollers(hccl_reactor_t *r)
+{
+    bool moved = false;
+
     for (int i = 0; i < r->npollers; i++)
         moved |= r->pollers[i].poll(r->pollers[i].arg);
     return moved;
+}
+
+/* Posts and pollers; true if anything moved. Under prog_mtx. */
+static bool reactor_poll_once(hccl_reactor_t *r)
+{
+    bool moved = reactor_run_all_posts(r);
+
+    return reactor_run_pollers(r) || moved;
 }
 
 /* Stops polling: clears the flags first, then looks once more, since a peer that saw them
@@ -213,7 +232,12 @@ bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h)
     idle_since = 0; /* set after the first idle rounds */
     relax = !r->cores_shared;
     for (unsigned idle = 0;;) {
-        bool moved = reactor_poll_once(r);
+        /* What the posts finish is looked at before the links are: a call that they complete
+         * returns without another look at the sockets. */
+        bool moved = reactor_run_all_posts(r);
+        if (moved && h->done(h->arg))
+            break;
+        moved = reactor_run_pollers(r) || moved;
         if (h->done(h->arg))
             break;
         if (moved) {
