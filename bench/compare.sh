@@ -3,7 +3,7 @@
 #
 # Builds hccl (Release) and the peers' benchmark programs (bench/src), then,
 # for each repetition, measures the machine's limits (memcpy, process_vm_readv,
-# TCP loopback) and, for each rank count, runs every library in turn over the
+# TCP loopback, a copy across two cores) and, for each rank count, runs every library in turn over the
 # same collectives and sizes (interleaved, so that noise spreads evenly over
 # the libraries), waiting before each run until the CPUs are quiet. Results go
 # to bench/results/<UTC stamp>/: results.csv (every row), medians.csv,

@@ -213,9 +213,9 @@ def main():
     # ---- limits
     if lims:
         p("## Machine limits (GB/s, median of the repetitions' best-of-3)\n")
-        kinds = ["memcpy", "cma", "tcp"]
-        p("| size | memcpy (1 thread) | process_vm_readv | TCP loopback |")
-        p("|---|---|---|---|")
+        kinds = ["memcpy", "cma", "tcp", "xcore"]
+        p("| size | memcpy (1 thread) | process_vm_readv | TCP loopback | copy across two cores |")
+        p("|---|---|---|---|---|")
         for size in sorted({s for (_, s) in lims}):
             p("| " + human(size) + " | " + " | ".join(fmt(lims.get((k, size))) if (k, size) in lims else "-"
                                                     for k in kinds) + " |")
