@@ -424,6 +424,29 @@ static size_t shm_ring_window(const shm_ctx_t *ctx)
     return ctx->ring_bytes < SHM_RING_WINDOW ? ctx->ring_bytes : SHM_RING_WINDOW;
 }
 
+/*
+ * Says so, from the host's lowest rank, where the host's segments could outgrow /dev/shm: each
+ * may come to hold its lane slots and a ring window per local peer.
+ */
+static void shm_check_room(const shm_ctx_t *ctx, const int *peers, int npeers)
+{
+    size_t per_rank = SHM_RINGS_OFFSET + (size_t)npeers * hccl_shm_slot_bytes(ctx->ring_used);
+    size_t room = 0, need = 0;
+
+    for (int i = 0; i < npeers; i++)
+        if (peers[i] < ctx->env->rank)
+            return;
+    if (npeers == 0 || !hccl_shm_room_short(per_rank, npeers + 1, &room, &need))
+        return;
+    HCCL_WARN("rank %d: shm: /dev/shm has %zu MiB free, but the %d ranks of this host may come to "
+              "use up to %zu MiB of it (per rank: %zu KiB of ring per local peer and %zu MiB of lane "
+              "slots); a rank that touches a page /dev/shm cannot supply dies of SIGBUS. Give "
+              "/dev/shm more room (docker: --shm-size), or lower HCCL_BUFFSIZE and HCCL_LANE_MAX",
+              ctx->env->rank,
+              room >> 20, npeers + 1, need >> 20, ctx->ring_used >> 10,
+              (size_t)SHM_RINGS_OFFSET >> 20);
+}
+
 static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_t deadline_ms,
                                 hccl_conn_t **conns)
 {
@@ -433,6 +456,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
 
     shm_allow_single_copy();
     ctx->ring_used = shm_ring_window(ctx);
+    shm_check_room(ctx, peers, npeers);
     HCCL_CHECK(hccl_shm_connect_all(ctx, peers, npeers, deadline_ms));
     ctx->bell_ev = event_new(base, ctx->bell_fd, EV_READ | EV_PERSIST, shm_on_bell, ctx);
     ctx->more_ev = evtimer_new(base, shm_on_more, ctx);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "links/shm/shm.h"
@@ -94,4 +95,15 @@ int hccl_shm_reclaim_stale(void)
     }
     closedir(d);
     return reclaimed;
+}
+
+bool hccl_shm_room_short(size_t per_rank, int nlocal, size_t *room_p, size_t *need_p)
+{
+    struct statvfs st;
+
+    *need_p = per_rank * (size_t)nlocal;
+    if (statvfs(SHM_DIR, &st) != 0)
+        return false; /* nothing to say: the segments were made, so it exists */
+    *room_p = (size_t)st.f_bavail * (size_t)st.f_frsize;
+    return *room_p < *need_p;
 }
