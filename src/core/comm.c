@@ -343,6 +343,8 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
         hccl_reactor_set_drivable(comm->reactor, pollable);
         if (all_shm && nranks > 1)
             HCCL_CHECK_GOTO(comm_open_lane(comm), res, err_free);
+        if (comm->link_ctx[HCCL_LINK_SHM])
+            hccl_shm_check_room(comm->link_ctx[HCCL_LINK_SHM], comm->lane ? hccl_lane_reach(comm->lane) : 0);
     }
     HCCL_CHECK_GOTO(hccl_reactor_start(comm->reactor), res, err_free);
     if (hccl_reactor_is_external(comm->reactor) && hccl_reactor_in_callback(comm->reactor) &&

@@ -211,6 +211,12 @@ bool hccl_shm_lane_part_published(void *shm_ctx, int rank, uint64_t lseq);
 bool hccl_shm_lane_plan_sent(void *shm_ctx, int rank, uint64_t coll_seq, uint32_t *sig);
 /* fn(arg) runs on the reactor after every doorbell: a block may have arrived. */
 void hccl_shm_lane_on_bell(void *shm_ctx, bool (*fn)(void *arg), void *arg);
+/*
+ * The segments are sparse, and a page /dev/shm cannot supply when first touched is a SIGBUS:
+ * where the host's segments (ring windows, and the lane's slots as far as lane_reach bytes,
+ * 0 without a lane) could outgrow /dev/shm, the host's lowest rank warns, with the figures.
+ */
+void hccl_shm_check_room(void *shm_ctx, size_t lane_reach);
 
 /* ---- sim: every rank in one process, for unit tests ---- */
 typedef struct hccl_sim_world hccl_sim_world_t;

@@ -84,6 +84,12 @@ bool hccl_lane_idle(const hccl_lane_t *lane)
     return lane->head == NULL;
 }
 
+size_t hccl_lane_reach(const hccl_lane_t *lane)
+{
+    return lane->limits.max_bytes > lane->limits.rooted_max ? lane->limits.max_bytes
+                                                           : lane->limits.rooted_max;
+}
+
 /* What this rank puts in its block. */
 static size_t op_block_bytes(const hccl_lane_t *lane, const hccl_lane_op_t *op)
 {

@@ -87,6 +87,8 @@ void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op);
 bool hccl_lane_poll(void *lane);
 /* Whether no operation is queued. */
 bool hccl_lane_idle(const hccl_lane_t *lane);
+/* The largest block any call may put in a slot (at most HCCL_LANE_CAP). */
+size_t hccl_lane_reach(const hccl_lane_t *lane);
 /* Puts op's copy in its place in the queue (a caller that stops driving its own op). */
 void hccl_lane_replace(hccl_lane_t *lane, hccl_lane_op_t *op, hccl_lane_op_t *copy);
 /* Ends every queued operation with res; the lane takes nothing afterwards. */

@@ -417,34 +417,11 @@ static bool shm_cpus_own(const shm_ctx_t *ctx)
  * instead of 2.8). Every rank of the host computes the same from the cards, as both ends of a
  * ring must.
  */
-static size_t shm_ring_window(const shm_ctx_t *ctx)
+static size_t shm_ring_window(const shm_ctx_t *ctx, bool cpus_own)
 {
-    if (!shm_cpus_own(ctx))
+    if (!cpus_own)
         return ctx->ring_bytes;
     return ctx->ring_bytes < SHM_RING_WINDOW ? ctx->ring_bytes : SHM_RING_WINDOW;
-}
-
-/*
- * Says so, from the host's lowest rank, where the host's segments could outgrow /dev/shm: each
- * may come to hold its lane slots and a ring window per local peer.
- */
-static void shm_check_room(const shm_ctx_t *ctx, const int *peers, int npeers)
-{
-    size_t per_rank = SHM_RINGS_OFFSET + (size_t)npeers * hccl_shm_slot_bytes(ctx->ring_used);
-    size_t room = 0, need = 0;
-
-    for (int i = 0; i < npeers; i++)
-        if (peers[i] < ctx->env->rank)
-            return;
-    if (npeers == 0 || !hccl_shm_room_short(per_rank, npeers + 1, &room, &need))
-        return;
-    HCCL_WARN("rank %d: shm: /dev/shm has %zu MiB free, but the %d ranks of this host may come to "
-              "use up to %zu MiB of it (per rank: %zu KiB of ring per local peer and %zu MiB of lane "
-              "slots); a rank that touches a page /dev/shm cannot supply dies of SIGBUS. Give "
-              "/dev/shm more room (docker: --shm-size), or lower HCCL_BUFFSIZE and HCCL_LANE_MAX",
-              ctx->env->rank,
-              room >> 20, npeers + 1, need >> 20, ctx->ring_used >> 10,
-              (size_t)SHM_RINGS_OFFSET >> 20);
 }
 
 static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_t deadline_ms,
@@ -453,10 +430,11 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
     shm_ctx_t *ctx = vctx;
     hccl_link_env_t *env = ctx->env;
     struct event_base *base = hccl_reactor_base(env->reactor);
+    bool cpus_own;
 
     shm_allow_single_copy();
-    ctx->ring_used = shm_ring_window(ctx);
-    shm_check_room(ctx, peers, npeers);
+    cpus_own = shm_cpus_own(ctx);
+    ctx->ring_used = shm_ring_window(ctx, cpus_own);
     HCCL_CHECK(hccl_shm_connect_all(ctx, peers, npeers, deadline_ms));
     ctx->bell_ev = event_new(base, ctx->bell_fd, EV_READ | EV_PERSIST, shm_on_bell, ctx);
     ctx->more_ev = evtimer_new(base, shm_on_more, ctx);
@@ -473,7 +451,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
         sc->stream.comm_id = env->comm_id;
         sc->stream.pull_max = env->params->shm_pull_max;
         /* Where ranks share CPUs, a sender's copy timed includes its turns off the CPU. */
-        sc->stream.count_sender_copy = shm_cpus_own(ctx);
+        sc->stream.count_sender_copy = cpus_own;
         sc->stream.activity = &sc->conn.activity;
         sc->live_ev = event_new(base, sc->out_fd, EV_READ | EV_PERSIST, shm_on_peer_gone, sc);
         if (!sc->live_ev || event_add(sc->live_ev, NULL) != 0)
@@ -581,3 +559,24 @@ const hccl_link_ops_t hccl_link_shm_ops = {
     .close = shm_close_peer,
     .recv_consume = true,
 };
+
+void hccl_shm_check_room(void *shm_ctx, size_t lane_reach)
+{
+    shm_ctx_t *ctx = shm_ctx;
+    /* Two lane slots, each a block and a split operation's part of at most half of one. */
+    size_t lane = 2 * (lane_reach + lane_reach / 2);
+    size_t per_rank = SHM_SEG_HDR_BYTES + lane + (size_t)ctx->nactive * hccl_shm_slot_bytes(ctx->ring_used);
+    size_t room = 0, need = 0;
+
+    for (int i = 0; i < ctx->nactive; i++)
+        if (ctx->active[i] < ctx->env->rank)
+            return; /* the host's lowest rank speaks for it */
+    if (ctx->nactive == 0 || !hccl_shm_room_short(per_rank, ctx->nactive + 1, &room, &need))
+        return;
+    HCCL_WARN("rank %d: shm: /dev/shm has %zu MiB free, but the %d ranks of this host may come to "
+              "use up to %zu MiB of it (per rank: %zu KiB of ring per local peer and %zu KiB of lane "
+              "slots); a rank that touches a page /dev/shm cannot supply dies of SIGBUS. Give "
+              "/dev/shm more room (docker: --shm-size), or lower HCCL_BUFFSIZE and HCCL_LANE_MAX",
+              ctx->env->rank, room >> 20, ctx->nactive + 1, need >> 20, ctx->ring_used >> 10,
+              lane >> 10);
+}
