@@ -103,7 +103,8 @@ static void stream_tx_next(hccl_stream_t *s)
         /* A pulled message tells the receiver what our copies into the wire cost. */
         uint64_t addr = x ? (uint64_t)(s->tx_pull_ns_per_byte * 1000.0 + 0.5) : 0;
         bool rndv = false;
-        s->tx_pulled = x != NULL;
+        /* Timed only where the receiver weighs it (no clock reads on other links' sends). */
+        s->tx_timed = x != NULL && s->count_sender_copy;
         if (!x) {
             x = hccl_xfer_queue_pop(&s->txq);
             rndv = x->len >= s->rndv_threshold;
@@ -125,11 +126,11 @@ static void stream_tx_frame_done(hccl_stream_t *s)
         s->tx_ctl = NULL;
         return;
     }
-    if (s->tx_pulled) {
+    if (s->tx_timed) {
         if (s->tx_cur->len >= STREAM_TIMED_MIN)
             stream_cost_sample(&s->tx_pull_ns_per_byte, s->tx_pull_ns, s->tx_cur->len);
         s->tx_pull_ns = 0;
-        s->tx_pulled = false;
+        s->tx_timed = false;
     }
     if (s->tx_hdr.type == HCCL_FRAME_RTS) {
         hccl_xfer_queue_push(&s->await_fin, s->tx_cur);
@@ -166,7 +167,7 @@ static hcclResult_t stream_tx_frames(hccl_stream_t *s, bool *moved)
             stream_tx_frame_done(s);
             continue;
         }
-        if (s->tx_pulled) {
+        if (s->tx_timed) {
             int64_t t0 = hccl_now_ns();
             w = s->io->writev(s, iov, n);
             s->tx_pull_ns += hccl_now_ns() - t0;
@@ -843,7 +844,7 @@ void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res)
     if (s->tx_cur)
         hccl_xfer_complete_later(s->reactor, s->tx_cur, res);
     s->tx_cur = NULL;
-    s->tx_pulled = false;
+    s->tx_timed = false;
     if (s->rx_xfer)
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, res);
     s->rx_xfer = NULL;

@@ -115,14 +115,14 @@ struct hccl_stream {
      * or by the sender's copy into the wire if that was slower: the two copies run at once,
      * but the first byte does not show the sender's where the wire publishes a frame once it
      * is written (a ring). The sender times its copies of pulled messages and sends the
-     * figure (ps per byte) in each pulled DATA frame's addr; the receiver uses it if
-     * count_sender_copy (a link with single copy, whose ranks each have a CPU of their own:
-     * where they share one, the time includes turns off the CPU).
+     * figure (ps per byte) in each pulled DATA frame's addr, and the receiver uses it; both
+     * only if count_sender_copy (a link with single copy, whose ranks each have a CPU of their
+     * own: where they share one, the time includes turns off the CPU).
      */
     size_t pull_max;
     double pull_ns_per_byte;  /* 0: not measured yet */
     double rndv_ns_per_byte;
-    bool tx_pulled;           /* tx_cur answers a PULL: its writes are timed */
+    bool tx_timed;            /* tx_cur answers a PULL and count_sender_copy: writes timed */
     int64_t tx_pull_ns;       /* spent writing tx_cur so far */
     double tx_pull_ns_per_byte; /* our copies of pulled messages into the wire (average) */
     uint64_t rx_sender_ps_per_byte; /* the sender's figure, from rx_xfer's frame */

@@ -865,7 +865,7 @@ static void test_pull_counts_sender_copy(void **state)
 
     (void)state;
     rs->pull_max = len;
-    rs->count_sender_copy = true;
+    rs->count_sender_copy = ss->count_sender_copy = true;
     offer_one(w, 4, 1, len, true); /* nothing measured: pulled */
     assert_int_equal(w->ep[1].rndv_reads, 0);
     assert_true(ss->tx_pull_ns_per_byte > 0); /* the sender timed its copy */
