@@ -175,10 +175,13 @@ static double xcore_rate(size_t size)
     char *shared = mmap(NULL, n + 64, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     _Atomic long *turn;
     double best = 0;
+    cpu_set_t was;
     pid_t pid;
 
     if (shared == MAP_FAILED)
         die("mmap");
+    if (sched_getaffinity(0, sizeof(was), &was) != 0)
+        die("sched_getaffinity");
     turn = (_Atomic long *)(shared + n);
     atomic_store(turn, 0);
     pid = fork();
@@ -213,11 +216,7 @@ static double xcore_rate(size_t size)
     atomic_store(turn, -1);
     waitpid(pid, NULL, 0);
     munmap(shared, n + 64);
-    cpu_set_t all;
-    CPU_ZERO(&all);
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        CPU_SET(c, &all);
-    sched_setaffinity(0, sizeof(all), &all);
+    sched_setaffinity(0, sizeof(was), &was);
     return best;
 }
 
