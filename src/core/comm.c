@@ -206,6 +206,25 @@ out:
 }
 
 /*
+ * An AlltoAll block copied through a lane slot crosses memory twice, where one read from the
+ * sender's buffer (single-copy, a syscall that pins pages) crosses it once. The copy wins while
+ * the ranks' buffers and slots (about four times the block each) stay in a last-level cache of
+ * some 32 MiB, beyond it the read. Measured at 4 ranks on 2 cores (paired runs): 1 MiB 0.78x
+ * with the read, 2 MiB 2.2x, 4 MiB 1.4-1.7x, 16 MiB 1.1-1.2x; at 8 ranks 1 MiB 1.3x. In the
+ * minutes when copies between the cores slow down, the read won at every size from 64 KiB
+ * (1.7-3.2x); AllGather and Broadcast, whose copy crosses memory n + 1 times against the
+ * read's n - 1, lost with it at 1-64 MiB (0.5-0.95x) in the other minutes.
+ */
+#define LANE_DIRECT_SPAN (8u << 20) /* the blocks of every rank together */
+
+static size_t lane_direct_min(const struct hcclComm *comm)
+{
+    size_t fits = LANE_DIRECT_SPAN / (size_t)comm->nranks;
+
+    return fits > comm->params.cma_threshold ? fits : comm->params.cma_threshold;
+}
+
+/*
  * The lane, where every rank is on this host behind shm (the same answer on
  * every rank, like the settings that decide it, which the rendezvous compared). HCCL_CHECK's
  * signature exchange goes through plans, so checked communicators keep to them.
@@ -215,7 +234,7 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     void *shm = comm->link_ctx[HCCL_LINK_SHM];
     bool shared = hccl_topo_cores_shared(comm);
     size_t max = comm->params.lane_max;
-    hccl_lane_limits_t limits = {max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max};
+    hccl_lane_limits_t limits = {max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX};
 
     /* Measured here: at 2 ranks on 2 cores the plans' rings win from 16 KiB (each lane slot is
      * rewritten while the peer still caches it), except for Broadcast and Reduce up to 32 KiB
@@ -228,6 +247,7 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
         limits.max_bytes = shared ? HCCL_LANE_CAP : 8192;
         limits.rooted_max = shared ? HCCL_LANE_CAP : 32768;
     }
+    limits.direct_min = lane_direct_min(comm);
     if (limits.max_bytes == 0 || comm->params.check || !hccl_shm_lane_reaches_all(shm, comm->nranks))
         return hcclSuccess;
     HCCL_CHECK(hccl_lane_create(shm, comm->rank, comm->nranks, &limits, comm->env.on_fatal, comm->env.fatal_arg,

@@ -199,8 +199,15 @@ bool hccl_shm_lane_reaches_all(void *shm_ctx, int nranks);
 /* rank's block of lane operation lseq: where we write ours, or read a peer's once published. */
 void *hccl_shm_lane_block(void *shm_ctx, int rank, uint64_t lseq);
 /* Publishes our block of lseq, with the call's sequence number and signature; peers that sleep
- * are rung. */
-void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint32_t sig);
+ * are rung. direct: the block is not in the slot but at this address of ours, which peers read
+ * single-copy (only where hccl_shm_lane_direct_ok) and release through the part flag. */
+void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint32_t sig, const void *direct);
+/* Whether every local rank has found that it can read every other's memory single-copy. */
+bool hccl_shm_lane_direct_ok(void *shm_ctx);
+/* Whether rank's published block of lseq is read single-copy from its memory. */
+bool hccl_shm_lane_is_direct(void *shm_ctx, int rank, uint64_t lseq);
+/* Copies len bytes at off of rank's published block of lseq to dst, wherever the block is. */
+hcclResult_t hccl_shm_lane_read(void *shm_ctx, int rank, uint64_t lseq, size_t off, void *dst, size_t len);
 /* Whether rank has published its block of lseq; if so, what it called. */
 bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *coll_seq, uint32_t *sig);
 /* A split operation's share of the result: rank's, and its publication. */

@@ -16,7 +16,7 @@ struct hccl_lane {
     hccl_lane_op_t *head;       /* queue, oldest first; only the head has published */
     hccl_lane_op_t *tail;
     hcclResult_t failed;        /* hcclSuccess until the communicator fails */
-    bool mismatched;            /* on_fatal was called: nothing moves until the failure comes */
+    bool halted;                /* on_fatal was called: nothing moves until the failure comes */
     hccl_lane_fatal_fn on_fatal;
     void *fatal_arg;
 };
@@ -98,15 +98,45 @@ static size_t op_block_bytes(const hccl_lane_t *lane, const hccl_lane_op_t *op)
     return hccl_lane_call_bytes(op->coll, op->count, op->dtype, lane->nranks);
 }
 
+/*
+ * Whether our block is read from sendbuf itself, single-copy, instead of copied into the slot:
+ * an AlltoAll large enough (see direct_min) that does not write what peers read (in place).
+ * Each rank decides for its own block; readers take each block as it was published.
+ */
+static bool lane_goes_direct(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t bytes)
+{
+    const char *s = op->sendbuf, *r = op->recvbuf;
+
+    if (op->coll != HCCL_COLL_ALLTOALL || bytes < lane->limits.direct_min || (s < r + bytes && r < s + bytes))
+        return false;
+    return hccl_shm_lane_direct_ok(lane->shm);
+}
+
 static void lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
     size_t bytes = op_block_bytes(lane, op);
 
     op->lseq = lane->next_lseq++;
-    if (bytes)
+    op->direct = bytes && lane_goes_direct(lane, op, bytes);
+    if (bytes && !op->direct)
         memcpy(hccl_shm_lane_block(lane->shm, lane->rank, op->lseq), op->sendbuf, bytes);
-    hccl_shm_lane_publish(lane->shm, op->lseq, op->seq, op->sig);
+    hccl_shm_lane_publish(lane->shm, op->lseq, op->seq, op->sig, op->direct ? op->sendbuf : NULL);
     op->published = true;
+}
+
+/* Copies cb bytes at off of rank r's block to dst; our own comes from sendbuf. */
+static hcclResult_t lane_copy(hccl_lane_t *lane, hccl_lane_op_t *op, int r, size_t off, void *dst, size_t cb)
+{
+    const char *mine = (const char *)op->sendbuf + off;
+
+    if (r == lane->rank) {
+        if (dst != mine)
+            memcpy(dst, mine, cb);
+        return hcclSuccess;
+    }
+    if (hccl_shm_lane_is_direct(lane->shm, r, op->lseq))
+        op->reads_direct = true;
+    return hccl_shm_lane_read(lane->shm, r, op->lseq, off, dst, cb);
 }
 
 /* Elements [*first, *first + *n) of count: share r of nranks (the remainder one each to the first). */
@@ -132,45 +162,68 @@ static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, si
         hccl_reduce_div(dst, n, op->dtype, lane->nranks);
 }
 
+/* A block that only moves: rank r's (ours too) to its place in recvbuf. */
+static hcclResult_t lane_move(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
+{
+    size_t cb = op->count * hccl_dtype_size(op->dtype);
+    char *dst = (char *)op->recvbuf + (size_t)r * cb;
+
+    switch (op->coll) {
+    case HCCL_COLL_BROADCAST:
+        return r == op->root && r != lane->rank ? lane_copy(lane, op, r, 0, op->recvbuf, cb) : hcclSuccess;
+    case HCCL_COLL_ALLGATHER:
+        return lane_copy(lane, op, r, 0, dst, cb);
+    default:
+        return lane_copy(lane, op, r, (size_t)lane->rank * cb, dst, cb);
+    }
+}
+
 /* Every block is in: a flat operation's result, or a split one's part (published). */
-static void lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
+static hcclResult_t lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
     size_t esz = hccl_dtype_size(op->dtype), cb = op->count * esz, first, n;
     void *part;
 
     switch (op->coll) {
     case HCCL_COLL_BROADCAST:
-        if (lane->rank != op->root)
-            memcpy(op->recvbuf, hccl_shm_lane_block(lane->shm, op->root, op->lseq), cb);
-        return;
     case HCCL_COLL_ALLGATHER:
-        for (int r = 0; r < lane->nranks; r++)
-            memcpy((char *)op->recvbuf + (size_t)r * cb, hccl_shm_lane_block(lane->shm, r, op->lseq), cb);
-        return;
-    case HCCL_COLL_ALLTOALL:
-        for (int r = 0; r < lane->nranks; r++)
-            memcpy((char *)op->recvbuf + (size_t)r * cb,
-                   (const char *)hccl_shm_lane_block(lane->shm, r, op->lseq) + (size_t)lane->rank * cb, cb);
-        return;
+    case HCCL_COLL_ALLTOALL: {
+        /* The peers' blocks are in recvbuf already (lane_all_in); then those read from their
+         * owners' memory are released. */
+        hcclResult_t res = lane_move(lane, op, lane->rank);
+        if (res == hcclSuccess && op->reads_direct)
+            hccl_shm_lane_publish_part(lane->shm, op->lseq);
+        return res;
+    }
     case HCCL_COLL_REDUCESCATTER:
         lane_reduce_all(lane, op, op->recvbuf, (size_t)lane->rank * cb, op->count);
-        return;
+        return hcclSuccess;
     case HCCL_COLL_ALLREDUCE:
     case HCCL_COLL_REDUCE:
         break;
     default:
-        return;
+        return hcclSuccess;
     }
     if (!op->split) {
         if (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root)
             lane_reduce_all(lane, op, op->recvbuf, 0, op->count);
-        return;
+        return hcclSuccess;
     }
     lane_share(op->count, lane->nranks, lane->rank, &first, &n);
     part = hccl_shm_lane_part(lane->shm, lane->rank, op->lseq);
     if (n)
         lane_reduce_all(lane, op, part, first * esz, n);
     hccl_shm_lane_publish_part(lane->shm, op->lseq);
+    return hcclSuccess;
+}
+
+/* Our block went direct: whether every peer has said it is done reading it. */
+static bool lane_released(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    for (; op->next_part < lane->nranks; op->next_part++)
+        if (op->next_part != lane->rank && !hccl_shm_lane_part_published(lane->shm, op->next_part, op->lseq))
+            return false;
+    return true;
 }
 
 /* A split operation: copies out the parts published so far; true once all are. */
@@ -201,7 +254,7 @@ static void lane_mismatch(hccl_lane_t *lane, const hccl_lane_op_t *op, int peer,
 {
     char theirs[160], ours[160], msg[512];
 
-    lane->mismatched = true;
+    lane->halted = true;
     hccl_sig_describe(their_sig, theirs, sizeof(theirs));
     hccl_sig_describe(op->sig, ours, sizeof(ours));
     if (by_plan)
@@ -220,15 +273,23 @@ static void lane_mismatch(hccl_lane_t *lane, const hccl_lane_op_t *op, int peer,
     lane->on_fatal(lane->fatal_arg, hcclInvalidUsage, msg);
 }
 
-/* Whether every peer published op's block; a peer that called something else is reported. */
-static bool lane_all_in(hccl_lane_t *lane, hccl_lane_op_t *op)
+static bool lane_moves(const hccl_lane_op_t *op)
 {
-    for (; op->next_peer < lane->nranks; op->next_peer++) {
-        int r = op->next_peer;
+    return op->coll == HCCL_COLL_ALLGATHER || op->coll == HCCL_COLL_ALLTOALL || op->coll == HCCL_COLL_BROADCAST;
+}
+
+/*
+ * Whether every peer published op's block; a peer that called something else is reported.
+ * Peers are taken from the one after us, so that readers spread over the blocks, and blocks
+ * that only move are copied out as they come: where ranks share cores, those that run read
+ * each other's while the others wait for a turn.
+ */
+static bool lane_all_in(hccl_lane_t *lane, hccl_lane_op_t *op, hcclResult_t *res)
+{
+    for (; op->next_peer < lane->nranks - 1; op->next_peer++) {
+        int r = (lane->rank + 1 + op->next_peer) % lane->nranks;
         uint64_t their_seq;
         uint32_t their_sig;
-        if (r == lane->rank)
-            continue;
         if (!hccl_shm_lane_published(lane->shm, r, op->lseq, &their_seq, &their_sig)) {
             if (hccl_shm_lane_plan_sent(lane->shm, r, op->seq, &their_sig))
                 lane_mismatch(lane, op, r, true, op->seq, their_sig);
@@ -238,6 +299,8 @@ static bool lane_all_in(hccl_lane_t *lane, hccl_lane_op_t *op)
             lane_mismatch(lane, op, r, false, their_seq, their_sig);
             return false;
         }
+        if (lane_moves(op) && (*res = lane_move(lane, op, r)) != hcclSuccess)
+            return false;
     }
     return true;
 }
@@ -248,18 +311,27 @@ bool hccl_lane_poll(void *arg)
     bool moved = false;
     hccl_lane_op_t *op;
 
-    while ((op = lane->head) != NULL && !lane->mismatched) {
+    while ((op = lane->head) != NULL && !lane->halted) {
         if (!op->published) {
             lane_publish(lane, op);
             moved = true;
         }
         if (!op->part_done) {
-            if (!lane_all_in(lane, op))
+            hcclResult_t res = hcclSuccess;
+            if (!lane_all_in(lane, op, &res) && res == hcclSuccess)
                 return moved;
-            lane_reduce(lane, op);
+            if (res == hcclSuccess)
+                res = lane_reduce(lane, op);
+            if (res != hcclSuccess) {
+                lane->halted = true;
+                lane->on_fatal(lane->fatal_arg, res, hccl_error_last());
+                return true;
+            }
             op->part_done = true;
             moved = true;
         }
+        if (op->direct && !lane_released(lane, op))
+            return moved;
         /* A split Reduce ends at the other ranks once their part is out. */
         if (op->split && (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root) && !lane_gather(lane, op))
             return moved;
@@ -277,6 +349,8 @@ void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op)
     op->next_peer = 0;
     op->part_done = false;
     op->next_part = 0;
+    op->direct = false;
+    op->reads_direct = false;
     op->split = (op->coll == HCCL_COLL_ALLREDUCE || op->coll == HCCL_COLL_REDUCE) &&
                 op->count * hccl_dtype_size(op->dtype) > lane->limits.flat_max;
     op->sig = hccl_sig_make(op->coll, op->dtype, op->op, op->root, op->count);
@@ -335,7 +409,7 @@ bool hccl_lane_waiting_for(const hccl_lane_t *lane, const hccl_lane_op_t *want, 
     buf[0] = '\0';
     if (op != lane->head)
         return true;
-    for (int r = op->part_done ? op->next_part : op->next_peer; r < lane->nranks && at + 16 < len; r++) {
+    for (int r = 0; r < lane->nranks && at + 16 < len; r++) {
         uint64_t their_seq;
         uint32_t their_sig;
         if (r != lane->rank && (op->part_done ? !hccl_shm_lane_part_published(lane->shm, r, op->lseq)

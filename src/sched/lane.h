@@ -46,7 +46,10 @@ struct hccl_lane_op {
     int next_peer;              /* ranks below it have been seen to publish */
     bool split;                 /* reduce-scatter through the parts, then gather */
     bool part_done;             /* split: our part is published */
-    int next_part;              /* split: parts below it are copied out */
+    int next_part;              /* split: parts below it are copied out; direct: peers below
+                                   it have released our block */
+    bool direct;                /* our block is read from sendbuf (hccl_shm_lane_publish) */
+    bool reads_direct;          /* a peer's block was: we release them through our part flag */
     /* Runs once, with the reactor's work held: the op is off the lane and may be freed. */
     void (*done)(hccl_lane_op_t *op, hcclResult_t res, const char *msg);
     void *arg;
@@ -62,6 +65,9 @@ typedef struct {
      * receiver falls behind on (2 ranks: a 16 KiB Broadcast takes 13 us as a plan, 2 on the lane). */
     size_t rooted_min;
     size_t rooted_max;
+    /* AlltoAll blocks of at least this many bytes are read from the caller's buffer
+     * single-copy, where every rank can, instead of copied through the slot. */
+    size_t direct_min;
 } hccl_lane_limits_t;
 
 /*

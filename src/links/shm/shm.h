@@ -18,6 +18,7 @@ typedef struct {
     char seg[SHM_NAME_BYTES];  /* shm_open name of the rank's receive segment */
     char uds[SHM_NAME_BYTES];  /* abstract unix socket name for the doorbell hand-over */
     uint64_t ring_bytes;
+    uint64_t seg_addr;         /* where the segment is mapped in its owner: a single-copy probe */
 } shm_card_t;
 
 #define SHM_HELLO_MAGIC 0x4c4c4542u /* "BELL" */
@@ -43,6 +44,7 @@ typedef struct {
 /* The head of a rank's receive segment. */
 typedef struct {
     _Alignas(64) _Atomic uint32_t polling; /* its progress thread spins: senders need not ring */
+    _Alignas(64) _Atomic uint32_t reads_all; /* its owner can read every local peer's memory */
 } shm_seg_hdr_t;
 
 /*
@@ -56,6 +58,8 @@ typedef struct {
     uint64_t coll_seq;                 /* its collective sequence number and signature, */
     uint32_t sig;                      /* which every reader compares with its own */
     uint32_t reserved;
+    uint64_t addr;                     /* nonzero: the block is at this address in the owner,
+                                        * read single-copy, and data is unused */
     unsigned char data[HCCL_LANE_CAP];
     _Alignas(64) _Atomic uint64_t part_seq;
     _Alignas(64) unsigned char part[HCCL_LANE_PART_CAP];
@@ -98,6 +102,7 @@ typedef struct shm_ctx {
     int *active;               /* ranks with a connection */
     int nactive;
     bool (*bell_hook)(void *arg); /* runs after the rings at each doorbell (the lane's progress) */
+    bool lane_direct;          /* every local rank reads every other's memory (seen once) */
     void *bell_hook_arg;
 } shm_ctx_t;
 
@@ -121,6 +126,8 @@ bool hccl_shm_room_short(size_t per_rank, int nlocal, size_t *room_p, size_t *ne
 /* Unlinks the segments our user's dead processes left in /dev/shm; returns how many. */
 int hccl_shm_reclaim_stale(void);
 hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob);
+/* After connecting: whether this rank can read each peer's memory single-copy (shm_lane.c). */
+void hccl_shm_lane_probe(shm_ctx_t *ctx);
 hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);
 void hccl_shm_conn_close(shm_conn_t *sc);
 void hccl_shm_teardown(shm_ctx_t *ctx);

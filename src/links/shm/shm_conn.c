@@ -98,6 +98,7 @@ hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob)
     snprintf(card->seg, sizeof(card->seg), "%s", ctx->seg_name);
     snprintf(card->uds, sizeof(card->uds), "%s", uds_name);
     card->ring_bytes = ctx->ring_bytes;
+    card->seg_addr = (uint64_t)(uintptr_t)ctx->seg;
     return hcclSuccess;
 }
 

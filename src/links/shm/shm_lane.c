@@ -3,7 +3,11 @@
  * own slots and reads its peers' through the mappings the rings already use, so a block
  * crosses cores once per reader and no ring, frame or sequence matching is involved.
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
+#include <string.h>
+#include <sys/uio.h>
 
 #include "links/shm/shm.h"
 
@@ -26,6 +30,77 @@ void *hccl_shm_lane_block(void *shm_ctx, int rank, uint64_t lseq)
     return lane_slot(shm_ctx, rank, lseq)->data;
 }
 
+void hccl_shm_lane_probe(shm_ctx_t *ctx)
+{
+    hccl_link_env_t *env = ctx->env;
+
+    if (env->params->cma_threshold == SIZE_MAX)
+        return;
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        const shm_card_t *card = (const shm_card_t *)env->cards[ctx->active[i]].blob[HCCL_LINK_SHM];
+        uint64_t word;
+        struct iovec local = {&word, sizeof(word)};
+        struct iovec remote = {(void *)(uintptr_t)card->seg_addr, sizeof(word)};
+        if (process_vm_readv(sc->pid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof(word)) {
+            HCCL_INFO(HCCL_SUB_LINK, "rank %d: shm: cannot read rank %d's memory (%s): lane blocks are "
+                      "copied", env->rank, ctx->active[i], strerror(errno));
+            return;
+        }
+    }
+    atomic_store_explicit(&((shm_seg_hdr_t *)ctx->seg)->reads_all, 1, memory_order_release);
+}
+
+bool hccl_shm_lane_direct_ok(void *shm_ctx)
+{
+    shm_ctx_t *ctx = shm_ctx;
+
+    if (ctx->lane_direct)
+        return true;
+    if (!atomic_load_explicit(&((shm_seg_hdr_t *)ctx->seg)->reads_all, memory_order_acquire))
+        return false;
+    for (int i = 0; i < ctx->nactive; i++)
+        if (!atomic_load_explicit(&((shm_seg_hdr_t *)ctx->conns[ctx->active[i]]->peer_seg)->reads_all,
+                                  memory_order_acquire))
+            return false;
+    ctx->lane_direct = true;
+    return true;
+}
+
+bool hccl_shm_lane_is_direct(void *shm_ctx, int rank, uint64_t lseq)
+{
+    return lane_slot(shm_ctx, rank, lseq)->addr != 0;
+}
+
+hcclResult_t hccl_shm_lane_read(void *shm_ctx, int rank, uint64_t lseq, size_t off, void *dst, size_t len)
+{
+    shm_ctx_t *ctx = shm_ctx;
+    shm_lane_slot_t *slot = lane_slot(ctx, rank, lseq);
+    shm_conn_t *sc = ctx->conns[rank];
+    size_t done = 0;
+
+    if (!slot->addr) {
+        memcpy(dst, slot->data + off, len);
+        return hcclSuccess;
+    }
+    while (done < len) {
+        struct iovec local = {(char *)dst + done, len - done};
+        struct iovec remote = {(void *)(uintptr_t)(slot->addr + off + done), len - done};
+        ssize_t got = process_vm_readv(sc->pid, &local, 1, &remote, 1, 0);
+        if (got <= 0)
+            return HCCL_FAIL(hcclRemoteError, "rank %d: shm: single-copy read of %zu bytes of rank %d's "
+                                              "lane block (pid %d) failed: %s", ctx->env->rank, len, rank,
+                             (int)sc->pid, got < 0 ? strerror(errno) : "short read");
+        done += (size_t)got;
+    }
+    /* A peer that died may have had its memory reused: what we read is not its block. */
+    struct pollfd p = {.fd = sc->out_fd, .events = POLLIN | POLLRDHUP};
+    if (sc->out_fd < 0 || poll(&p, 1, 0) != 0)
+        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: rank %d (pid %d) went away during a single-copy "
+                                          "read of its lane block", ctx->env->rank, rank, (int)sc->pid);
+    return hcclSuccess;
+}
+
 /* After a publication: peers that do not poll are rung. */
 static void lane_ring_sleepers(shm_ctx_t *ctx)
 {
@@ -38,13 +113,14 @@ static void lane_ring_sleepers(shm_ctx_t *ctx)
     }
 }
 
-void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint32_t sig)
+void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint32_t sig, const void *direct)
 {
     shm_ctx_t *ctx = shm_ctx;
     shm_lane_slot_t *slot = lane_slot(ctx, ctx->env->rank, lseq);
 
     slot->coll_seq = coll_seq;
     slot->sig = sig;
+    slot->addr = (uint64_t)(uintptr_t)direct;
     atomic_store_explicit(&slot->seq, lseq + 1, memory_order_release);
     lane_ring_sleepers(ctx);
 }

@@ -436,6 +436,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
     cpus_own = shm_cpus_own(ctx);
     ctx->ring_used = shm_ring_window(ctx, cpus_own);
     HCCL_CHECK(hccl_shm_connect_all(ctx, peers, npeers, deadline_ms));
+    hccl_shm_lane_probe(ctx);
     ctx->bell_ev = event_new(base, ctx->bell_fd, EV_READ | EV_PERSIST, shm_on_bell, ctx);
     ctx->more_ev = evtimer_new(base, shm_on_more, ctx);
     if (!ctx->bell_ev || !ctx->more_ev || event_add(ctx->bell_ev, NULL) != 0)
