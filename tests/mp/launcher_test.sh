@@ -155,7 +155,17 @@ expect "--bind core puts rank i on the i-th CPU" bound_right
 launch -n 2 --bind none sh -c 'awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status'
 expect "--bind none leaves the CPU set alone" \
     eval '[ "$rc" -eq 0 ] && [ "$(grep -c -x -- "$cpus" "$tmp/out")" -eq 2 ]'
-launch -n "$((ncpus + 1))" sh -c 'awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status'
+launch -n "$((ncpus + 1))" sh -c 'echo "$RANK_ID $(awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status)"'
+spread_right() {
+    [ "$rc" -eq 0 ] || return 1
+    local list r
+    list=($(cpu_words))
+    for ((r = 0; r <= ncpus; r++)); do
+        out_has "^$r ${list[$((r % ${#list[@]}))]}\$" || return 1
+    done
+}
+expect "by default, ranks that outnumber the CPUs are spread over them round robin" spread_right
+launch -n "$((ncpus + 1))" --bind auto sh -c 'awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status'
 expect "--bind auto does not bind more ranks than CPUs" \
     eval '[ "$rc" -eq 0 ] && [ "$(grep -c -x -- "$cpus" "$tmp/out")" -eq "$((ncpus + 1))" ]'
 launch -n 2 --bind socket sh -c true

@@ -23,8 +23,9 @@ static const char usage_text[] =
     "                     must own H\n"
     "  --timeout S        stop all ranks after S seconds (fractions allowed); exit 124\n"
     "  --tag-output       prefix each line of output with \"[rank]: \" (global rank)\n"
-    "  --bind auto|core|none  pin rank i to the i-th CPU this launcher may use (auto:\n"
-    "                     only when there is one for every rank; the default)\n"
+    "  --bind core|auto|none  pin rank i to the i-th CPU this launcher may use, modulo\n"
+    "                     their number (core, the default; auto: only when there is\n"
+    "                     one for every rank)\n"
     "  -h, --help         show this text\n"
     "Rank i started here gets RANK_ID=RANK=K+i, LOCAL_RANK=i, WORLD_SIZE=W and\n"
     "LOCAL_WORLD_SIZE=N. Unless set already (or by --comm-id), HCCL_COMM_ID is\n"
@@ -182,6 +183,7 @@ int parse_args(int argc, char **argv, struct run_opts *o)
     bool have_offset = false;
     int i;
 
+    o->bind = BIND_CORE;
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         const char *val = NULL;
