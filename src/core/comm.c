@@ -232,7 +232,7 @@ static size_t lane_direct_min(const struct hcclComm *comm)
 static hcclResult_t comm_open_lane(struct hcclComm *comm)
 {
     void *shm = comm->link_ctx[HCCL_LINK_SHM];
-    bool shared = hccl_topo_cores_shared(comm);
+    bool shared = hccl_topo_host_cores_shared(comm);
     size_t max = comm->params.lane_max;
     hccl_lane_limits_t limits = {max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX};
 
@@ -321,7 +321,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     card.pid = (uint32_t)getpid();
     {
         int only_cpu;
-        (void)hccl_cpus_available(&only_cpu);
+        card.cpus = (uint32_t)hccl_cpus_available(&only_cpu);
         card.pinned_cpu = only_cpu >= 0 ? (uint32_t)only_cpu + 1 : 0;
     }
     hccl_topo_host_id(&comm->params, card.host, sizeof(card.host));

@@ -65,8 +65,11 @@ int hccl_topo_pick_link(const hccl_card_t *me, const hccl_card_t *peer);
 /* The slowest link class between any two ranks: what the tuner's model describes. */
 hccl_cost_class_t hccl_topo_cost_class(const hccl_card_t *cards, int nranks);
 struct hcclComm;
-/* Whether ranks of this host outnumber the CPUs they run on (from the cards' pinning). */
+/* Whether this rank shares a CPU with another rank of its host (from the cards). */
 bool hccl_topo_cores_shared(const struct hcclComm *comm);
+/* Whether any rank of this host shares a CPU, from the cards: the same answer on every rank
+ * of the host (with 3 ranks pinned to 2 CPUs, the one alone on its CPU says yes too). */
+bool hccl_topo_host_cores_shared(const struct hcclComm *comm);
 /* Logs the tuner's picks at INFO (rank 0) and writes HCCL_TOPO_DUMP as JSON. */
 void hccl_topo_report(const struct hcclComm *comm);
 /* The tuner's pick for coll at bytes on this communicator. */

@@ -25,22 +25,32 @@ int hccl_cpus_available(int *only_cpu)
     return n > 0 ? (int)n : 1;
 }
 
-bool hccl_topo_cores_shared(const struct hcclComm *comm)
+/* Whether rank r shares a CPU with another rank of its host, as its card says. */
+static bool card_cores_shared(const struct hcclComm *comm, int r)
 {
-    const hccl_card_t *me = &comm->cards[comm->rank];
-    int local = 0, same_cpu = 0, only_cpu;
-    int cpus = hccl_cpus_available(&only_cpu);
+    const hccl_card_t *c = &comm->cards[r];
+    int local = 0, same_cpu = 0;
 
-    for (int r = 0; r < comm->nranks; r++) {
-        if (comm->node_of[r] != comm->node_of[comm->rank])
+    for (int q = 0; q < comm->nranks; q++) {
+        if (comm->node_of[q] != comm->node_of[r])
             continue;
         local++;
-        same_cpu += me->pinned_cpu && comm->cards[r].pinned_cpu == me->pinned_cpu;
+        same_cpu += c->pinned_cpu && comm->cards[q].pinned_cpu == c->pinned_cpu;
     }
-    /* Pinned to one CPU: only ranks pinned to the same one compete with us for it. */
-    if (me->pinned_cpu)
-        return same_cpu > 1;
-    return local > cpus;
+    return c->pinned_cpu ? same_cpu > 1 : local > (int)c->cpus;
+}
+
+bool hccl_topo_cores_shared(const struct hcclComm *comm)
+{
+    return card_cores_shared(comm, comm->rank);
+}
+
+bool hccl_topo_host_cores_shared(const struct hcclComm *comm)
+{
+    for (int r = 0; r < comm->nranks; r++)
+        if (comm->node_of[r] == comm->node_of[comm->rank] && card_cores_shared(comm, r))
+            return true;
+    return false;
 }
 
 static void read_first_line(const char *path, char *out, size_t len)

@@ -33,6 +33,8 @@ typedef struct hccl_card {
     uint32_t pid;
     uint32_t links;                                   /* bit per HCCL_LINK_* offered */
     uint32_t pinned_cpu;                              /* 1 + the one CPU it may run on; 0: several */
+    uint32_t cpus;                                    /* how many CPUs it may run on */
+    uint32_t reserved;                                /* zero */
     uint64_t config_hash;                             /* settings that shape plans: must agree */
     char host[HCCL_HOST_ID_BYTES];                    /* host identity, NUL-terminated */
     uint8_t blob[HCCL_LINK_MAX][HCCL_CARD_BLOB_BYTES]; /* per link: its listen address etc. */

@@ -1,8 +1,9 @@
 /*
- * Whether the ranks of a host outnumber its CPUs (hccl_topo_cores_shared), which decides if a
- * waiting thread yields its core or polls without system calls: ranks pinned to one CPU each
- * compete only with ranks pinned to the same CPU; unpinned ranks compete when there are more
- * of them on the host than CPUs this process may use; ranks of other hosts never count.
+ * Whether a rank shares a CPU (hccl_topo_cores_shared), which decides if a waiting thread
+ * yields its core or polls without system calls: ranks pinned to one CPU each compete only
+ * with ranks pinned to the same CPU; unpinned ranks compete when there are more of them on
+ * the host than CPUs they may use; ranks of other hosts never count. And whether any rank of
+ * the host does (hccl_topo_host_cores_shared), which every rank of the host must answer alike.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,6 +38,7 @@ static void fake_init(fake_t *f, int n, int rank, const int *host, const uint32_
         f->node_of[r] = host ? host[r] : 0;
         f->cards[r].rank = (uint32_t)r;
         f->cards[r].pinned_cpu = cpu ? cpu[r] : 0;
+        f->cards[r].cpus = cpu && cpu[r] ? 1 : (uint32_t)hccl_cpus_available(&(int){0});
     }
 }
 
@@ -47,6 +49,32 @@ static bool fake_shared(fake_t *f)
     free(f->cards);
     free(f->node_of);
     return shared;
+}
+
+/* 3 ranks pinned to 2 CPUs: rank 1 has its CPU alone, but its host's ranks share. */
+static void test_host_answer(void **state)
+{
+    static const uint32_t cpu[3] = {1, 2, 1};
+    fake_t f;
+
+    (void)state;
+    for (int r = 0; r < 3; r++) {
+        fake_init(&f, 3, r, NULL, cpu);
+        assert_true(hccl_topo_host_cores_shared(&f.comm));
+        assert_true(fake_shared(&f) == (r != 1));
+    }
+    /* On another host, the pair pinned to one CPU is not ours. */
+    fake_init(&f, 3, 1, (const int[]){1, 0, 1}, cpu);
+    assert_false(hccl_topo_host_cores_shared(&f.comm));
+    assert_false(fake_shared(&f));
+    /* Unpinned ranks: each card says how many CPUs its rank may use. */
+    fake_init(&f, 2, 0, NULL, NULL);
+    f.cards[1].cpus = 1;
+    assert_true(hccl_topo_host_cores_shared(&f.comm));
+    f.cards[1].cpus = 2;
+    f.cards[0].cpus = 2;
+    assert_false(hccl_topo_host_cores_shared(&f.comm));
+    assert_false(fake_shared(&f));
 }
 
 static void test_pinned(void **state)
@@ -91,6 +119,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pinned),
         cmocka_unit_test(test_unpinned),
+        cmocka_unit_test(test_host_answer),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
