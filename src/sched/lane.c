@@ -112,14 +112,25 @@ static bool lane_goes_direct(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t
     return hccl_shm_lane_direct_ok(lane->shm);
 }
 
+static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n);
+
 static void lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
     size_t bytes = op_block_bytes(lane, op);
+    char *block;
 
     op->lseq = lane->next_lseq++;
     op->direct = bytes && lane_goes_direct(lane, op, bytes);
-    if (bytes && !op->direct)
-        memcpy(hccl_shm_lane_block(lane->shm, lane->rank, op->lseq), op->sendbuf, bytes);
+    block = hccl_shm_lane_block(lane->shm, lane->rank, op->lseq);
+    if (op->split) {
+        /* Our own share of a split operation is read by us alone, from sendbuf. */
+        size_t esz = hccl_dtype_size(op->dtype), first, n;
+        lane_share(op->count, lane->nranks, lane->rank, &first, &n);
+        memcpy(block, op->sendbuf, first * esz);
+        memcpy(block + (first + n) * esz, (const char *)op->sendbuf + (first + n) * esz, bytes - (first + n) * esz);
+    } else if (bytes && !op->direct) {
+        memcpy(block, op->sendbuf, bytes);
+    }
     hccl_shm_lane_publish(lane->shm, op->lseq, op->seq, op->sig, op->direct ? op->sendbuf : NULL);
     op->published = true;
 }
@@ -148,16 +159,20 @@ static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n
     *n = base + ((size_t)r < rem);
 }
 
+/* Rank r's block: ours of a split operation is sendbuf (lane_publish). */
+static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
+{
+    return op->split && r == lane->rank ? op->sendbuf : hccl_shm_lane_block(lane->shm, r, op->lseq);
+}
+
 /* dst = op over every rank's block at byte offset off, for n elements, in rank order. */
 static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, size_t off, size_t n)
 {
-    const char *b0 = hccl_shm_lane_block(lane->shm, 0, op->lseq);
-    const char *b1 = hccl_shm_lane_block(lane->shm, 1, op->lseq);
+    const char *b0 = lane_block_of(lane, op, 0), *b1 = lane_block_of(lane, op, 1);
 
     hccl_reduce(dst, b0 + off, b1 + off, n, op->dtype, op->op);
     for (int r = 2; r < lane->nranks; r++)
-        hccl_reduce(dst, dst, (const char *)hccl_shm_lane_block(lane->shm, r, op->lseq) + off, n, op->dtype,
-                    op->op);
+        hccl_reduce(dst, dst, lane_block_of(lane, op, r) + off, n, op->dtype, op->op);
     if (op->op == hcclAvg)
         hccl_reduce_div(dst, n, op->dtype, lane->nranks);
 }
