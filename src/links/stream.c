@@ -4,8 +4,16 @@
 
 #include "links/stream.h"
 
-/* Every this many offers that may be pulled, the slower way is tried again (see pull_max). */
+/*
+ * The slower way of an offer that may be pulled is tried again after at least this many
+ * offers and STREAM_PULL_PROBE_NS times the square of how much slower it was (at most
+ * STREAM_PULL_PROBE_NS_MAX; see pull_max). A probe costs far more than its own time: 2 ranks,
+ * 256 KiB Broadcast, in minutes when pulling was 3-17x slower, one message in 16 pulled made
+ * the whole 1.65x slower than never pulling, and one in up to 256 still 1.3x.
+ */
 #define STREAM_PULL_PROBE 16
+#define STREAM_PULL_PROBE_NS 5000000.0
+#define STREAM_PULL_PROBE_NS_MAX 50000000.0
 /* Transfers shorter than this are not timed: fixed costs would swamp the per-byte figure. */
 #define STREAM_TIMED_MIN (32u << 10)
 /* A sender's copy cost of this many ps per byte or more (1 MB/s) is not believed. */
@@ -82,11 +90,35 @@ bool hccl_stream_tx_pending(const hccl_stream_t *s)
     return !s->failed && (s->tx_cur || s->tx_ctl || s->ctl_head || s->txq.head || s->pulled.head);
 }
 
-static void stream_cost_sample(double *avg, int64_t ns, size_t len)
+/* A moving average; a probe's sample (probe: the way not preferred) replaces it, so that one
+ * probe is enough to see a change. */
+static void stream_cost_sample(double *avg, int64_t ns, size_t len, bool probe)
 {
     double v = (double)(ns > 0 ? ns : 1) / (double)len;
 
-    *avg = *avg > 0 ? 0.75 * *avg + 0.25 * v : v;
+    *avg = *avg > 0 && !probe ? 0.75 * *avg + 0.25 * v : v;
+}
+
+/*
+ * A way's time for len bytes (pulled or single-copy). Not taken if the copy went through wire
+ * memory used for the first time (tx_wire_cold, rx_wire_cold): that costs a page fault per
+ * page (about 3.5 us per 4 KiB here, 8x the copy), which no later use pays; a probe that did
+ * is tried again soon. A probe's time replaces the figure (stream_cost_sample).
+ */
+static void stream_way_sample(hccl_stream_t *s, bool pulled, int64_t ns, size_t len, bool cold)
+{
+    double *fig = pulled ? &s->pull_ns_per_byte : &s->rndv_ns_per_byte;
+    double other = pulled ? s->rndv_ns_per_byte : s->pull_ns_per_byte;
+    bool probe = other > 0 && other < *fig;
+
+    if (len < STREAM_TIMED_MIN)
+        return;
+    if (cold) {
+        if (probe)
+            s->pull_probe_ns = 0;
+        return;
+    }
+    stream_cost_sample(fig, ns, len, probe);
 }
 
 /* Picks the next frame to write: control frames first, they unblock the peer. */
@@ -127,9 +159,13 @@ static void stream_tx_frame_done(hccl_stream_t *s)
         return;
     }
     if (s->tx_timed) {
-        if (s->tx_cur->len >= STREAM_TIMED_MIN)
-            stream_cost_sample(&s->tx_pull_ns_per_byte, s->tx_pull_ns, s->tx_cur->len);
+        /* The last copy alone (pulls may be rare: probes), none through cold wire memory. */
+        if (s->tx_cold)
+            s->tx_pull_ns_per_byte = 0;
+        else if (s->tx_cur->len >= STREAM_TIMED_MIN)
+            stream_cost_sample(&s->tx_pull_ns_per_byte, s->tx_pull_ns, s->tx_cur->len, true);
         s->tx_pull_ns = 0;
+        s->tx_cold = false;
         s->tx_timed = false;
     }
     if (s->tx_hdr.type == HCCL_FRAME_RTS) {
@@ -169,6 +205,7 @@ static hcclResult_t stream_tx_frames(hccl_stream_t *s, bool *moved)
         }
         if (s->tx_timed) {
             int64_t t0 = hccl_now_ns();
+            s->tx_cold |= s->tx_wire_cold;
             w = s->io->writev(s, iov, n);
             s->tx_pull_ns += hccl_now_ns() - t0;
         } else {
@@ -279,6 +316,8 @@ static hcclResult_t stream_check_len(hccl_stream_t *s, const hccl_frame_t *f, co
 /* Whether to pull an offered message of len bytes rather than read it single-copy. */
 static bool stream_choose_pull(hccl_stream_t *s, size_t len)
 {
+    double ratio, gap_ns;
+    int64_t now;
     bool pull;
 
     if (len > s->pull_max || len == 0)
@@ -289,7 +328,16 @@ static bool stream_choose_pull(hccl_stream_t *s, size_t len)
     if (s->pull_ns_per_byte == 0 || s->rndv_ns_per_byte == 0)
         return s->pull_ns_per_byte == 0;
     pull = s->pull_ns_per_byte <= s->rndv_ns_per_byte;
-    return ++s->pull_choices % STREAM_PULL_PROBE == 0 ? !pull : pull;
+    ratio = pull ? s->rndv_ns_per_byte / s->pull_ns_per_byte : s->pull_ns_per_byte / s->rndv_ns_per_byte;
+    gap_ns = STREAM_PULL_PROBE_NS * ratio * ratio;
+    if (++s->pull_choices < STREAM_PULL_PROBE)
+        return pull;
+    now = hccl_now_ns();
+    if (now - s->pull_probe_ns < (gap_ns < STREAM_PULL_PROBE_NS_MAX ? gap_ns : STREAM_PULL_PROBE_NS_MAX))
+        return pull;
+    s->pull_choices = 0;
+    s->pull_probe_ns = now;
+    return !pull;
 }
 
 /* Asks for an offered message as DATA: x stays posted, its payload comes next. */
@@ -309,8 +357,7 @@ static hcclResult_t stream_rndv(hccl_stream_t *s, const hccl_frame_t *f, hccl_xf
     res = s->io->rndv_read ? s->io->rndv_read(s, f, x) : hcclUnsupported;
 
     if (res == hcclSuccess) {
-        if (x->len >= STREAM_TIMED_MIN)
-            stream_cost_sample(&s->rndv_ns_per_byte, hccl_now_ns() - t0, x->len);
+        stream_way_sample(s, false, hccl_now_ns() - t0, x->len, false);
         x->moved = x->len;
         s->rx_rndv_bytes += x->len;
         if (s->activity)
@@ -573,6 +620,7 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
         /* A pulled message is timed from its first byte: waiting for its turn is not its cost. */
         if (x->t0_ns) {
             x->t0_ns = hccl_now_ns();
+            s->rx_cold = s->rx_wire_cold;
             /* The sender's copy, which the first byte does not show: see pull_max. */
             s->rx_sender_ps_per_byte =
                 s->count_sender_copy && s->io->rndv_read && f->addr < STREAM_SENDER_PS_MAX ? f->addr : 0;
@@ -620,7 +668,8 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
             /* The two copies overlap (on two CPUs): the slower one is what pulling costs. */
             int64_t mine = hccl_now_ns() - s->rx_xfer->t0_ns;
             int64_t theirs = (int64_t)(s->rx_sender_ps_per_byte * s->rx_xfer->len / 1000);
-            stream_cost_sample(&s->pull_ns_per_byte, mine > theirs ? mine : theirs, s->rx_xfer->len);
+            stream_way_sample(s, true, mine > theirs ? mine : theirs, s->rx_xfer->len,
+                              s->rx_cold || s->rx_wire_cold);
         }
         s->rx_xfer->moved = s->rx_xfer->len;
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, hcclSuccess);

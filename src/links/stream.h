@@ -110,12 +110,13 @@ struct hccl_stream {
      * on where the two processes run (pulling is 1.5-3x faster where the cores share a cache,
      * and 1.5-4x slower where they do not, on the same machine minutes apart): the receiver
      * times both ways (ns per byte, moving averages) and takes the faster, trying the other
-     * every STREAM_PULL_PROBE-th message so that a change is seen. 0 = never pull.
+     * now and then (the more rarely, the slower it was: stream.c) so that a change is seen;
+     * such a probe's time replaces the other way's figure. 0 = never pull.
      * A pulled message is timed from its first byte (waiting for its turn is not its cost),
      * or by the sender's copy into the wire if that was slower: the two copies run at once,
      * but the first byte does not show the sender's where the wire publishes a frame once it
-     * is written (a ring). The sender times its copies of pulled messages and sends the
-     * figure (ps per byte) in each pulled DATA frame's addr, and the receiver uses it; both
+     * is written (a ring). The sender times its copies of pulled messages and sends the last
+     * one's figure (ps per byte) in the next pulled DATA frame's addr, and the receiver uses it; both
      * only if count_sender_copy (a link with single copy, whose ranks each have a CPU of their
      * own: where they share one, the time includes turns off the CPU).
      */
@@ -124,10 +125,18 @@ struct hccl_stream {
     double rndv_ns_per_byte;
     bool tx_timed;            /* tx_cur answers a PULL and count_sender_copy: writes timed */
     int64_t tx_pull_ns;       /* spent writing tx_cur so far */
-    double tx_pull_ns_per_byte; /* our copies of pulled messages into the wire (average) */
+    bool tx_cold;             /* those writes went through cold wire memory */
+    double tx_pull_ns_per_byte; /* our last copy of a pulled message into the wire */
     uint64_t rx_sender_ps_per_byte; /* the sender's figure, from rx_xfer's frame */
+    bool rx_cold;             /* the wire was cold at rx_xfer's first byte */
+    /* Set by a transport whose wire is memory touched as it is first used (a ring): until
+     * every byte of it has been written (tx) or read (rx) once, copies through it also fault
+     * pages in, and are not timed. */
+    bool tx_wire_cold;
+    bool rx_wire_cold;
     bool count_sender_copy;   /* see pull_max */
-    unsigned pull_choices;
+    unsigned pull_choices;    /* offers since the last probe of the slower way */
+    int64_t pull_probe_ns;    /* when that was */
     /*
      * A transport whose unread bytes announce themselves again (a socket, level-triggered)
      * may leave a message that arrived before its receive where it is, rather than hold it,

@@ -52,6 +52,8 @@ static ssize_t shm_ring_corrupt(hccl_stream_t *s, const char *which, uint64_t he
 /* The consumer has taken n bytes: the producer may reuse them. */
 static void shm_ring_release(shm_conn_t *sc, shm_ring_hdr_t *r, uint64_t tail, size_t n)
 {
+    if (tail + n >= sc->ctx->ring_used)
+        sc->stream.rx_wire_cold = false;
     atomic_store_explicit(&r->tail, tail + n, memory_order_seq_cst);
     /* Pairs with the producer's flag-then-recheck: one of us sees the other. */
     if (atomic_load_explicit(&r->producer_waiting, memory_order_seq_cst) &&
@@ -144,6 +146,8 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
         }
     }
     atomic_store_explicit(&r->head, head + done, memory_order_release);
+    if (head + done >= size)
+        s->tx_wire_cold = false;
     /* Pairs with the receiver's flag-clear-then-look (shm_set_polling, then shm_poll). */
     atomic_thread_fence(memory_order_seq_cst);
     if (!atomic_load_explicit(&((shm_seg_hdr_t *)sc->peer_seg)->polling, memory_order_relaxed))
@@ -451,6 +455,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
                          env->params->cma_threshold);
         sc->stream.comm_id = env->comm_id;
         sc->stream.pull_max = env->params->shm_pull_max;
+        sc->stream.tx_wire_cold = sc->stream.rx_wire_cold = true;
         /* Where ranks share CPUs, a sender's copy timed includes its turns off the CPU. */
         sc->stream.count_sender_copy = cpus_own;
         sc->stream.activity = &sc->conn.activity;

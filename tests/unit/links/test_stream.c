@@ -820,8 +820,9 @@ static int single_copies_of(world_t *w, double pull_ns, double rndv_ns, uint64_t
 
 /*
  * Offers up to pull_max are pulled (PULL, then DATA) or read single-copy, whichever the
- * receiver measured faster, the other tried every STREAM_PULL_PROBE-th time; larger ones are
- * always read single-copy.
+ * receiver measured faster; the other is tried after STREAM_PULL_PROBE offers at the soonest,
+ * and the slower it was, the longer after the last try (up to a second), and what a try
+ * measures replaces that way's figure. Larger ones are always read single-copy.
  */
 static void test_rndv_pull(void **state)
 {
@@ -838,12 +839,25 @@ static void test_rndv_pull(void **state)
     offer_one(w, 4, 2, len, false);
     assert_int_equal(w->ep[1].rndv_reads, 1);
     assert_true(rs->rndv_ns_per_byte > 0);
-    /* Single copy measured far slower: 15 of every 16 are pulled. */
+    /* Single copy measured far slower: the 16th offer tries it. */
     assert_int_equal(single_copies_of(w, 1e-9, 1e9, 5, 16, len), 1);
-    /* Pulling measured far slower: 15 of every 16 are read single-copy. */
-    assert_int_equal(single_copies_of(w, 1e9, 1e-9, 6, 16, len), 15);
+    /* Pulling measured far slower: read single-copy; a try came less than a second ago. */
+    assert_int_equal(single_copies_of(w, 1e9, 1e-9, 6, 16, len), 16);
+    /* A second later, the next is pulled, and its time is the figure now. */
+    rs->pull_probe_ns -= 2000000000;
+    assert_int_equal(single_copies_of(w, 1e9, 1e-9, 7, 1, len), 0);
+    assert_true(rs->pull_ns_per_byte < 1e6);
+    /* A message pulled through wire memory used for the first time is not timed. */
+    rs->pull_ns_per_byte = 5.0;
+    rs->rndv_ns_per_byte = 1e9;
+    rs->rx_wire_cold = true;
+    offer_one(w, 8, 0, len, true);
+    assert_true(rs->pull_ns_per_byte == 5.0);
+    rs->rx_wire_cold = false;
+    offer_one(w, 8, 1, len, true);
+    assert_true(rs->pull_ns_per_byte != 5.0);
     /* Above pull_max: single copy, however fast pulling was. */
-    assert_int_equal(single_copies_of(w, 1e-9, 1e9, 7, 1, 2 * len), 1);
+    assert_int_equal(single_copies_of(w, 1e-9, 1e9, 9, 1, 2 * len), 1);
     assert_null(w->ep[0].s.await_fin.head);
     assert_null(w->ep[0].s.pulled.head);
     assert_int_equal(w->ep[0].err, hcclSuccess);
@@ -869,6 +883,12 @@ static void test_pull_counts_sender_copy(void **state)
     offer_one(w, 4, 1, len, true); /* nothing measured: pulled */
     assert_int_equal(w->ep[1].rndv_reads, 0);
     assert_true(ss->tx_pull_ns_per_byte > 0); /* the sender timed its copy */
+    /* A copy into wire memory used for the first time gives no figure. */
+    ss->tx_wire_cold = true;
+    rs->pull_ns_per_byte = 0;
+    offer_one(w, 4, 3, len, true);
+    assert_true(ss->tx_pull_ns_per_byte == 0);
+    ss->tx_wire_cold = false;
     /* The sender says its copies cost 2 ns per byte; the receiver is made to pull again. */
     ss->tx_pull_ns_per_byte = 2.0;
     rs->pull_ns_per_byte = 0;
