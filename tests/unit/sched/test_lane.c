@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -470,6 +471,16 @@ static void test_alltoall_direct(void **state)
     int fds[2];
 
     (void)state;
+    {
+        /* A sandbox that refuses process_vm_readv even on ourselves: the lane never goes
+         * direct there (its start-up probe fails), so there is nothing to test. */
+        int word = 1, got = 0;
+        struct iovec l = {&got, sizeof(got)}, r = {&word, sizeof(word)};
+        if (process_vm_readv(getpid(), &l, 1, &r, 1, 0) != (ssize_t)sizeof(got)) {
+            world_free(w);
+            skip();
+        }
+    }
     world_go_direct(w, 4096, fds);
     for (int r = 0; r < N; r++) {
         for (int i = 0; i < N * C; i++) {
