@@ -130,6 +130,9 @@ hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob);
 void hccl_shm_lane_probe(shm_ctx_t *ctx);
 hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);
 void hccl_shm_conn_close(shm_conn_t *sc);
+/* Whether the peer has closed its side (it died or aborted): memory just read single-copy from
+ * it may have been reused, and is not what it offered (shm_ops.c). */
+bool hccl_shm_peer_left(const shm_conn_t *sc);
 void hccl_shm_teardown(shm_ctx_t *ctx);
 extern const hccl_stream_io_t hccl_shm_io;
 

@@ -4,7 +4,6 @@
  * crosses cores once per reader and no ring, frame or sequence matching is involved.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -94,8 +93,7 @@ hcclResult_t hccl_shm_lane_read(void *shm_ctx, int rank, uint64_t lseq, size_t o
         done += (size_t)got;
     }
     /* A peer that died may have had its memory reused: what we read is not its block. */
-    struct pollfd p = {.fd = sc->out_fd, .events = POLLIN | POLLRDHUP};
-    if (sc->out_fd < 0 || poll(&p, 1, 0) != 0)
+    if (hccl_shm_peer_left(sc))
         return HCCL_FAIL(hcclRemoteError, "rank %d: shm: rank %d (pid %d) went away during a single-copy "
                                           "read of its lane block", ctx->env->rank, rank, (int)sc->pid);
     return hcclSuccess;

@@ -155,6 +155,13 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
     return (ssize_t)done;
 }
 
+bool hccl_shm_peer_left(const shm_conn_t *sc)
+{
+    struct pollfd p = {.fd = sc->out_fd, .events = POLLIN | POLLRDHUP};
+
+    return sc->out_fd < 0 || poll(&p, 1, 0) != 0;
+}
+
 static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
     shm_conn_t *sc = s->transport;
@@ -191,8 +198,7 @@ static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hc
     }
     /* A sender that aborted may reuse its buffer: if it closed its side before our read
      * ended, what we read is not its message. */
-    struct pollfd p = {.fd = sc->out_fd, .events = POLLIN | POLLRDHUP};
-    if (sc->out_fd < 0 || poll(&p, 1, 0) != 0)
+    if (hccl_shm_peer_left(sc))
         return HCCL_FAIL(hcclRemoteError, "rank %d: shm: rank %d (pid %d) went away during a "
                                           "single-copy read", s->rank, s->peer, (int)sc->pid);
     return hcclSuccess;
