@@ -163,7 +163,7 @@ static void stream_tx_frame_done(hccl_stream_t *s)
         if (s->tx_cold)
             s->tx_pull_ns_per_byte = 0;
         else if (s->tx_cur->len >= STREAM_TIMED_MIN)
-            stream_cost_sample(&s->tx_pull_ns_per_byte, s->tx_pull_ns, s->tx_cur->len, true);
+            s->tx_pull_ns_per_byte = (double)s->tx_pull_ns / (double)s->tx_cur->len;
         s->tx_pull_ns = 0;
         s->tx_cold = false;
         s->tx_timed = false;
@@ -664,7 +664,7 @@ static hcclResult_t stream_on_payload_done(hccl_stream_t *s)
 {
     s->rx_in_payload = false;
     if (s->rx_xfer) {
-        if (s->rx_xfer->t0_ns && s->rx_xfer->len >= STREAM_TIMED_MIN) {
+        if (s->rx_xfer->t0_ns) {
             /* The two copies overlap (on two CPUs): the slower one is what pulling costs. */
             int64_t mine = hccl_now_ns() - s->rx_xfer->t0_ns;
             int64_t theirs = (int64_t)(s->rx_sender_ps_per_byte * s->rx_xfer->len / 1000);

@@ -52,7 +52,7 @@ static ssize_t shm_ring_corrupt(hccl_stream_t *s, const char *which, uint64_t he
 /* The consumer has taken n bytes: the producer may reuse them. */
 static void shm_ring_release(shm_conn_t *sc, shm_ring_hdr_t *r, uint64_t tail, size_t n)
 {
-    if (tail + n >= sc->ctx->ring_used)
+    if (sc->stream.rx_wire_cold && tail + n >= sc->ctx->ring_used)
         sc->stream.rx_wire_cold = false;
     atomic_store_explicit(&r->tail, tail + n, memory_order_seq_cst);
     /* Pairs with the producer's flag-then-recheck: one of us sees the other. */
@@ -146,7 +146,7 @@ static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
         }
     }
     atomic_store_explicit(&r->head, head + done, memory_order_release);
-    if (head + done >= size)
+    if (s->tx_wire_cold && head + done >= size)
         s->tx_wire_cold = false;
     /* Pairs with the receiver's flag-clear-then-look (shm_set_polling, then shm_poll). */
     atomic_thread_fence(memory_order_seq_cst);
