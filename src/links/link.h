@@ -216,6 +216,13 @@ bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *c
 void *hccl_shm_lane_part(void *shm_ctx, int rank, uint64_t lseq);
 void hccl_shm_lane_publish_part(void *shm_ctx, uint64_t lseq);
 bool hccl_shm_lane_part_published(void *shm_ctx, int rank, uint64_t lseq);
+/* A word per size class that rank 0 writes and every rank reads (the lane's choices). */
+#define HCCL_LANE_MODE_CLASSES 32
+uint64_t hccl_shm_lane_mode(void *shm_ctx, int cls);
+void hccl_shm_lane_set_mode(void *shm_ctx, int cls, uint64_t word);
+/* A grouped AllReduce's middle step: our group's sum of our share is in our block. */
+void hccl_shm_lane_publish_gpart(void *shm_ctx, uint64_t lseq);
+bool hccl_shm_lane_gpart_published(void *shm_ctx, int rank, uint64_t lseq);
 /* Whether rank sent a plan's message of collective coll_seq (a call the lane does not take). */
 bool hccl_shm_lane_plan_sent(void *shm_ctx, int rank, uint64_t coll_seq, uint32_t *sig);
 /* fn(arg) runs on the reactor after every doorbell: a block may have arrived. */

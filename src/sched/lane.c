@@ -7,6 +7,42 @@
 #include "sched/lane.h"
 #include "sched/sched.h"
 
+/*
+ * Rank 0's figures for one size class of split AllReduce: ns per byte from an operation's
+ * publication to the next one's, plain [0] and grouped [1]. Single operations vary 2-5x where
+ * four ranks share a CPU, so the other way is tried for a run of operations and their mean
+ * replaces its figure.
+ */
+typedef struct {
+    double ns_per_byte[2];
+    uint32_t decided;           /* operations of the class whose way was chosen */
+    uint32_t since_probe;       /* of them, since the last try */
+    int64_t probed_ns;
+    int probe_left;             /* operations of the current try still to be chosen */
+    bool next_probe;            /* the way written for the next operation is a try */
+    double probe_sum;           /* the current try's samples */
+    int probe_n;
+    int probe_skip;             /* the first try's first samples, not counted */
+} lane_choice_t;
+
+typedef struct {
+    bool timed, grouped, probe, warm; /* warm: past the class's first CHOICE_WARM_OPS */
+    uint64_t lseq;
+    size_t bytes;
+    int64_t published_ns;
+} lane_last_t;
+
+/* The first operations of a class fault their buffers in: not timed. Then the plain way is
+ * timed, and the grouped one tried; a try is a run of CHOICE_PROBE_LEN operations, at least
+ * CHOICE_PROBE_OPS operations and CHOICE_PROBE_NS apart. */
+#define CHOICE_WARM_OPS 2
+#define CHOICE_PROBE_LEN 4
+#define CHOICE_PROBE_OPS 32
+#define CHOICE_PROBE_NS (50 * 1000 * 1000)
+/* Above this the grouped way's extra pass over the data costs more than it saves (measured:
+ * 0.83-0.96x at 4-16 MiB, whether copies between the CPUs are slow or not). */
+#define CHOICE_GROUPED_MAX (2u << 20)
+
 struct hccl_lane {
     void *shm;                  /* borrowed: the shm link's context */
     int rank;
@@ -19,7 +55,57 @@ struct hccl_lane {
     bool halted;                /* on_fatal was called: nothing moves until the failure comes */
     hccl_lane_fatal_fn on_fatal;
     void *fatal_arg;
+    /* CPU groups (limits.group_of): 0 groups where ranks are not grouped */
+    int ngroups;
+    int *members;               /* ranks by group, in rank order within each */
+    int *gfirst;                /* [ngroups + 1]: group k is members[gfirst[k] .. gfirst[k + 1]) */
+    int group, gindex;          /* ours, and our place in it */
+    const char **piece;         /* [ngroups]: scratch of lane_pieces */
+    lane_choice_t *choice;      /* rank 0, where grouped: [HCCL_LANE_MODE_CLASSES] */
+    lane_last_t last;           /* rank 0: the operation it published last */
 };
+
+/* Groups only where some CPU has two ranks and there are at least two CPUs. */
+static hcclResult_t lane_set_groups(hccl_lane_t *lane, const int *group_of)
+{
+    int n = lane->nranks, ngroups = 0, at = 0;
+    bool shared = false;
+
+    for (int r = 0; r < n; r++) {
+        if (group_of[r] < 0 || group_of[r] >= n)
+            return hcclSuccess;
+        if (group_of[r] + 1 > ngroups)
+            ngroups = group_of[r] + 1;
+    }
+    lane->members = hccl_calloc((size_t)n, sizeof(int));
+    lane->gfirst = hccl_calloc((size_t)ngroups + 1, sizeof(int));
+    lane->piece = hccl_calloc((size_t)ngroups, sizeof(*lane->piece));
+    if (!lane->members || !lane->gfirst || !lane->piece)
+        return HCCL_FAIL(hcclSystemError, "lane: out of memory");
+    for (int g = 0; g < ngroups; g++) {
+        lane->gfirst[g] = at;
+        for (int r = 0; r < n; r++) {
+            if (group_of[r] != g)
+                continue;
+            if (r == lane->rank) {
+                lane->group = g;
+                lane->gindex = at - lane->gfirst[g];
+            }
+            lane->members[at++] = r;
+        }
+        if (at == lane->gfirst[g])
+            return HCCL_FAIL(hcclInternalError, "lane: CPU group %d has no rank", g);
+        shared = shared || at - lane->gfirst[g] > 1;
+    }
+    lane->gfirst[ngroups] = at;
+    lane->ngroups = ngroups > 1 && shared ? ngroups : 0;
+    if (lane->ngroups && lane->rank == 0 && !lane->limits.group_always) {
+        lane->choice = hccl_calloc(HCCL_LANE_MODE_CLASSES, sizeof(*lane->choice));
+        if (!lane->choice)
+            return HCCL_FAIL(hcclSystemError, "lane: out of memory");
+    }
+    return hcclSuccess;
+}
 
 hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, const hccl_lane_limits_t *limits,
                               hccl_lane_fatal_fn on_fatal, void *fatal_arg, hccl_lane_t **lane_p)
@@ -36,15 +122,29 @@ hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, const hccl_la
         lane->limits.max_bytes = HCCL_LANE_CAP;
     if (lane->limits.rooted_max > HCCL_LANE_CAP)
         lane->limits.rooted_max = HCCL_LANE_CAP;
+    lane->limits.group_of = NULL;
     lane->failed = hcclSuccess;
     lane->on_fatal = on_fatal;
     lane->fatal_arg = fatal_arg;
+    if (limits->group_of) {
+        hcclResult_t res = lane_set_groups(lane, limits->group_of);
+        if (res != hcclSuccess) {
+            hccl_lane_destroy(lane);
+            return res;
+        }
+    }
     *lane_p = lane;
     return hcclSuccess;
 }
 
 void hccl_lane_destroy(hccl_lane_t *lane)
 {
+    if (!lane)
+        return;
+    hccl_free(lane->members);
+    hccl_free(lane->gfirst);
+    hccl_free(lane->piece);
+    hccl_free(lane->choice);
     hccl_free(lane);
 }
 
@@ -114,18 +214,138 @@ static bool lane_goes_direct(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t
 
 static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n);
 
+static int group_size(const hccl_lane_t *lane, int g)
+{
+    return lane->gfirst[g + 1] - lane->gfirst[g];
+}
+
+/* The elements a split operation has us reduce: our share of all ranks, or of our group. */
+static void lane_own_share(const hccl_lane_t *lane, const hccl_lane_op_t *op, size_t *first, size_t *n)
+{
+    if (op->grouped)
+        lane_share(op->count, group_size(lane, lane->group), lane->gindex, first, n);
+    else
+        lane_share(op->count, lane->nranks, lane->rank, first, n);
+}
+
+static int mode_class(size_t bytes)
+{
+    int c = 0;
+
+    while (c < HCCL_LANE_MODE_CLASSES - 1 && ((size_t)2 << c) <= bytes)
+        c++;
+    return c;
+}
+
+/* Rank 0: the way for the next split AllReduce of class c, and whether it is a try. */
+static bool choice_next(lane_choice_t *c, bool *probe)
+{
+    bool best = c->ns_per_byte[1] != 0 && c->ns_per_byte[1] < c->ns_per_byte[0];
+
+    *probe = false;
+    if (++c->decided <= CHOICE_WARM_OPS + CHOICE_PROBE_LEN)
+        return false;
+    if (c->probe_left == 0 && c->probe_n == 0 && c->ns_per_byte[1] == 0 && c->probe_skip == 0) {
+        /* The first grouped operations fault in the parts' pages that the plain way left
+         * alone: not timed either. */
+        c->probe_left = CHOICE_WARM_OPS + CHOICE_PROBE_LEN;
+        c->probe_skip = CHOICE_WARM_OPS;
+    } else if (c->probe_left == 0 && c->probe_n == 0 && c->ns_per_byte[1] != 0 &&
+               ++c->since_probe >= CHOICE_PROBE_OPS && hccl_now_ns() - c->probed_ns >= CHOICE_PROBE_NS) {
+        c->probe_left = CHOICE_PROBE_LEN;
+    }
+    if (c->probe_left > 0) {
+        if (--c->probe_left == 0) {
+            c->since_probe = 0;
+            c->probed_ns = hccl_now_ns();
+        }
+        *probe = true;
+        return c->ns_per_byte[1] == 0 ? true : !best;
+    }
+    return best;
+}
+
+/*
+ * Whether a split AllReduce runs grouped. Rank 0 writes, per size class, one word: the way
+ * from lseq "from" on, and the way before it; it rewrites it as it publishes each operation
+ * of the class, for the next. A rank is never an operation ahead of rank 0's last
+ * publication (it waits for rank 0's block), so every rank reads the same way for each lseq.
+ */
+static bool lane_choose_grouped(hccl_lane_t *lane, hccl_lane_op_t *op, size_t bytes)
+{
+    int cls = mode_class(bytes);
+    uint64_t word = hccl_shm_lane_mode(lane->shm, cls);
+    bool grouped = op->lseq >= word >> 2 ? word & 1 : (word >> 1) & 1;
+
+    if (lane->limits.group_always)
+        return true;
+    if (lane->choice) {
+        lane_choice_t *c = &lane->choice[cls];
+        bool probe, next;
+        op->probe = c->next_probe;
+        lane->last.warm = c->decided >= CHOICE_WARM_OPS;
+        next = choice_next(c, &probe);
+        c->next_probe = probe;
+        hccl_shm_lane_set_mode(lane->shm, cls, (op->lseq + 1) << 2 | (uint64_t)grouped << 1 | next);
+    }
+    return grouped;
+}
+
+/*
+ * Rank 0, as it publishes op: the operation before it, if of the same class, took from its
+ * publication to op's. That includes whatever the caller did in between, the same for both
+ * ways on average, but also the time until the other ranks were done with it, which the
+ * time to its own result misses (measured: half of the period at 8 ranks on 2 CPUs).
+ */
+static void choice_record(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t bytes, int64_t now)
+{
+    lane_last_t *last = &lane->last;
+    lane_choice_t *c = &lane->choice[mode_class(bytes)];
+    double *f = &c->ns_per_byte[last->grouped], sample;
+
+    if (!last->timed || last->lseq + 1 != op->lseq || mode_class(last->bytes) != mode_class(bytes))
+        return;
+    sample = (double)(now - last->published_ns) / (double)last->bytes;
+    if (last->probe && c->probe_skip > 0) {
+        c->probe_skip--;
+    } else if (last->probe) {
+        c->probe_sum += sample;
+        if (++c->probe_n == CHOICE_PROBE_LEN) {
+            *f = c->probe_sum / CHOICE_PROBE_LEN;
+            c->probe_sum = 0;
+            c->probe_n = 0;
+        }
+    } else if (last->warm) {
+        *f = *f == 0 ? sample : *f + (sample - *f) / 8;
+    }
+}
+
 static void lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
     size_t bytes = op_block_bytes(lane, op);
     char *block;
 
     op->lseq = lane->next_lseq++;
+    op->timed = op->split && op->coll == HCCL_COLL_ALLREDUCE && lane->ngroups && bytes <= CHOICE_GROUPED_MAX;
+    if (lane->choice) {
+        int64_t now = hccl_now_ns();
+        if (op->timed)
+            choice_record(lane, op, bytes, now);
+        lane->last.timed = op->timed;
+        lane->last.lseq = op->lseq;
+        lane->last.bytes = bytes;
+        lane->last.published_ns = now;
+    }
+    if (op->timed)
+        op->grouped = lane_choose_grouped(lane, op, bytes);
+    lane->last.grouped = op->grouped;
+    lane->last.probe = op->probe;
     op->direct = bytes && lane_goes_direct(lane, op, bytes);
     block = hccl_shm_lane_block(lane->shm, lane->rank, op->lseq);
     if (op->split) {
         /* Our own share of a split operation is read by us alone, from sendbuf. */
         size_t esz = hccl_dtype_size(op->dtype), first, n;
-        lane_share(op->count, lane->nranks, lane->rank, &first, &n);
+        lane_own_share(lane, op, &first, &n);
         memcpy(block, op->sendbuf, first * esz);
         memcpy(block + (first + n) * esz, (const char *)op->sendbuf + (first + n) * esz, bytes - (first + n) * esz);
     } else if (bytes && !op->direct) {
@@ -193,6 +413,8 @@ static hcclResult_t lane_move(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
     }
 }
 
+static void lane_group_sum(hccl_lane_t *lane, hccl_lane_op_t *op);
+
 /* Every block is in: a flat operation's result, or a split one's part (published). */
 static hcclResult_t lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
@@ -224,12 +446,127 @@ static hcclResult_t lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
             lane_reduce_all(lane, op, op->recvbuf, 0, op->count);
         return hcclSuccess;
     }
+    if (op->grouped) {
+        lane_group_sum(lane, op);
+        return hcclSuccess;
+    }
     lane_share(op->count, lane->nranks, lane->rank, &first, &n);
     part = hccl_shm_lane_part(lane->shm, lane->rank, op->lseq);
     if (n)
         lane_reduce_all(lane, op, part, first * esz, n);
     hccl_shm_lane_publish_part(lane->shm, op->lseq);
     return hcclSuccess;
+}
+
+/* Which share of count split g ways holds element i (lane_share's inverse). */
+static int share_of(size_t count, int g, size_t i)
+{
+    size_t base = count / (size_t)g, rem = count % (size_t)g;
+
+    return i < rem * (base + 1) ? (int)(i / (base + 1)) : (int)(rem + (i - rem * (base + 1)) / base);
+}
+
+/*
+ * A grouped AllReduce, once our group's blocks are in: their sum over our share goes to our
+ * block in place of our own elements, which no peer reads (lane_publish left them out).
+ */
+static void lane_group_sum(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n;
+    const int *m = lane->members + lane->gfirst[lane->group];
+    int g = group_size(lane, lane->group);
+    char *dst = (char *)hccl_shm_lane_block(lane->shm, lane->rank, op->lseq);
+
+    lane_own_share(lane, op, &first, &n);
+    dst += first * esz;
+    if (n && g == 1) {
+        memcpy(dst, (const char *)op->sendbuf + first * esz, n * esz);
+    } else if (n) {
+        hccl_reduce(dst, lane_block_of(lane, op, m[0]) + first * esz, lane_block_of(lane, op, m[1]) + first * esz,
+                    n, op->dtype, op->op);
+        for (int i = 2; i < g; i++)
+            hccl_reduce(dst, dst, lane_block_of(lane, op, m[i]) + first * esz, n, op->dtype, op->op);
+    }
+    hccl_shm_lane_publish_gpart(lane->shm, op->lseq);
+}
+
+/*
+ * Calls fn(lane, op, piece, from, len, arg) over our share in pieces, where piece[k] is group
+ * k's sum of elements [from, from + len): each piece lies within one member's share in every
+ * group. Stops at the first fn that returns false; true if none did.
+ */
+typedef bool (*piece_fn)(hccl_lane_t *lane, hccl_lane_op_t *op, const char *const *piece, size_t from,
+                         size_t len, void *arg);
+
+static bool lane_pieces(hccl_lane_t *lane, hccl_lane_op_t *op, piece_fn fn, void *arg)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n, at;
+    const char **piece = lane->piece;
+
+    lane_own_share(lane, op, &first, &n);
+    for (at = first; at < first + n;) {
+        size_t end = first + n;
+        for (int k = 0; k < lane->ngroups; k++) {
+            int g = group_size(lane, k), i = share_of(op->count, g, at), r = lane->members[lane->gfirst[k] + i];
+            size_t f, c;
+            lane_share(op->count, g, i, &f, &c);
+            if (f + c < end)
+                end = f + c;
+            piece[k] = (const char *)hccl_shm_lane_block(lane->shm, r, op->lseq) + at * esz;
+            if (r != lane->rank && !hccl_shm_lane_gpart_published(lane->shm, r, op->lseq))
+                piece[k] = NULL;
+        }
+        if (!fn(lane, op, piece, at, end - at, arg))
+            return false;
+        at = end;
+    }
+    return true;
+}
+
+static bool piece_ready(hccl_lane_t *lane, hccl_lane_op_t *op, const char *const *piece, size_t from, size_t len,
+                        void *arg)
+{
+    (void)op, (void)from, (void)len, (void)arg;
+    for (int k = 0; k < lane->ngroups; k++)
+        if (!piece[k])
+            return false;
+    return true;
+}
+
+/* Adds the groups' sums of a piece, in group order, into our share of the result (arg). */
+static bool piece_sum(hccl_lane_t *lane, hccl_lane_op_t *op, const char *const *piece, size_t from, size_t len,
+                      void *arg)
+{
+    size_t first, n;
+    char *dst;
+
+    lane_own_share(lane, op, &first, &n);
+    dst = (char *)arg + (from - first) * hccl_dtype_size(op->dtype);
+    hccl_reduce(dst, piece[0], piece[1], len, op->dtype, op->op);
+    for (int k = 2; k < lane->ngroups; k++)
+        hccl_reduce(dst, dst, piece[k], len, op->dtype, op->op);
+    return true;
+}
+
+/*
+ * A grouped AllReduce: once every group's sum over our share is in, their total is our part
+ * (straight into recvbuf where we are alone in our group: nobody gathers it). False until then.
+ */
+static bool lane_final(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n;
+    char *dst;
+
+    if (!lane_pieces(lane, op, piece_ready, NULL))
+        return false;
+    lane_own_share(lane, op, &first, &n);
+    dst = group_size(lane, lane->group) == 1 ? (char *)op->recvbuf + first * esz
+                                             : (char *)hccl_shm_lane_part(lane->shm, lane->rank, op->lseq);
+    lane_pieces(lane, op, piece_sum, dst);
+    if (op->op == hcclAvg && n)
+        hccl_reduce_div(dst, n, op->dtype, lane->nranks);
+    hccl_shm_lane_publish_part(lane->shm, op->lseq);
+    return true;
 }
 
 /* Our block went direct: whether every peer has said it is done reading it. */
@@ -245,12 +582,15 @@ static bool lane_released(hccl_lane_t *lane, hccl_lane_op_t *op)
 static bool lane_gather(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
     size_t esz = hccl_dtype_size(op->dtype), first, n;
+    /* Grouped: the parts of our group (ours went to recvbuf where we are alone in it). */
+    int g = op->grouped ? group_size(lane, lane->group) : lane->nranks;
+    const int *m = op->grouped ? lane->members + lane->gfirst[lane->group] : NULL;
 
-    for (; op->next_part < lane->nranks; op->next_part++) {
-        int r = op->next_part;
+    for (; g > 1 && op->next_part < g; op->next_part++) {
+        int r = m ? m[op->next_part] : op->next_part;
         if (r != lane->rank && !hccl_shm_lane_part_published(lane->shm, r, op->lseq))
             return false;
-        lane_share(op->count, lane->nranks, r, &first, &n);
+        lane_share(op->count, g, op->next_part, &first, &n);
         memcpy((char *)op->recvbuf + first * esz, hccl_shm_lane_part(lane->shm, r, op->lseq), n * esz);
     }
     return true;
@@ -345,6 +685,12 @@ bool hccl_lane_poll(void *arg)
             op->part_done = true;
             moved = true;
         }
+        if (op->grouped && !op->final_done) {
+            if (!lane_final(lane, op))
+                return moved;
+            op->final_done = true;
+            moved = true;
+        }
         if (op->direct && !lane_released(lane, op))
             return moved;
         /* A split Reduce ends at the other ranks once their part is out. */
@@ -368,6 +714,10 @@ void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op)
     op->reads_direct = false;
     op->split = (op->coll == HCCL_COLL_ALLREDUCE || op->coll == HCCL_COLL_REDUCE) &&
                 op->count * hccl_dtype_size(op->dtype) > lane->limits.flat_max;
+    op->grouped = false; /* chosen as it is published */
+    op->final_done = false;
+    op->probe = false;
+    op->timed = false;
     op->sig = hccl_sig_make(op->coll, op->dtype, op->op, op->root, op->count);
     if (lane->failed != hcclSuccess) {
         op->done(op, lane->failed, "the communicator had failed");

@@ -5,7 +5,11 @@
  * AlltoAll copy, Broadcast copies the root's, ReduceScatter reduces its share. AllReduce and
  * Reduce reduce every block up to the flat limit; above it they are split: rank r reduces
  * the r-th share of every block into its slot's part, and each rank (the root, for Reduce)
- * copies every part. Blocks are reduced in rank order, so every rank gets the same bits. Lane operations
+ * copies every part. Where ranks are pinned to CPUs in groups, a split AllReduce first sums each
+ * group's blocks share by share within the group, then adds the groups' sums over each
+ * rank's share and gathers the shares within the group: what crosses between CPUs is one
+ * sum per group. Blocks are reduced in a fixed order (rank order; grouped, rank order within
+ * a group, then group order), so every rank gets the same bits. Lane operations
  * run one at a time in call order, apart from the plans (which never touch the slots); all
  * ranks make the same choices from the call and shared settings, so every exchange agrees.
  *
@@ -45,7 +49,11 @@ struct hccl_lane_op {
     bool published;
     int next_peer;              /* ranks below it have been seen to publish */
     bool split;                 /* reduce-scatter through the parts, then gather */
-    bool part_done;             /* split: our part is published */
+    bool part_done;             /* split: our part is published (grouped: our group's sum) */
+    bool grouped;               /* split AllReduce by CPU group (hccl_lane_limits_t.group_of) */
+    bool final_done;            /* grouped: our share of the result is in our part */
+    bool timed;                 /* a split AllReduce that may run grouped */
+    bool probe;                 /* rank 0: run the way not chosen, to time it */
     int next_part;              /* split: parts below it are copied out; direct: peers below
                                    it have released our block */
     bool direct;                /* our block is read from sendbuf (hccl_shm_lane_publish) */
@@ -68,6 +76,14 @@ typedef struct {
     /* AlltoAll blocks of at least this many bytes are read from the caller's buffer
      * single-copy, where every rank can, instead of copied through the slot. */
     size_t direct_min;
+    /* Each rank's CPU group (0 .. groups - 1; NULL: none): ranks pinned to one CPU. A split
+     * AllReduce then sums each group's blocks within the group first, so that one partial sum
+     * per group crosses between CPUs instead of every rank's block (hccl_lane_create copies it). */
+    const int *group_of;
+    /* Grouped whenever there are groups (tests); otherwise rank 0 times both ways per size
+     * class, the way that took less, trying the other now and then, and every rank follows
+     * (hccl_shm_lane_mode). */
+    bool group_always;
 } hccl_lane_limits_t;
 
 /*

@@ -1,7 +1,8 @@
 /*
  * Multi-process AllReduce check, run through hccl-run at several rank counts
  * and links: sizes from 0 to 64 MiB, several dtypes and ops, in-place and
- * out-of-place, blocking and several requests in flight at once.
+ * out-of-place, blocking and several requests in flight at once, and one size class after
+ * another repeated (the lane's timed choice between its plain and grouped ways).
  *
  *   mp_allreduce [--max-bytes N]      every rank exits 0 when all results are right
  *   mp_allreduce --kill-rank K        rank K dies by SIGKILL inside a large AllReduce;
@@ -101,6 +102,39 @@ static int check_float(hcclComm_t comm, int rank, int n, size_t count, hcclDataT
             fprintf(stderr, "rank %d: float sum count %zu: element %zu is %g, want %g\n", rank, count, i,
                     got, want);
             bad++;
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+    return bad;
+}
+
+/*
+ * The same split sizes again and again, with new values each time: where ranks are pinned to
+ * CPUs in groups (hccl-run's default binding, more ranks than CPUs), rank 0 times the lane's
+ * plain and grouped ways and switches between them, which every rank must follow.
+ */
+static int check_repeated(hcclComm_t comm, int rank, int n)
+{
+    enum { ROUNDS = 40 };
+    static const size_t counts[2] = {3001, 20003}; /* above the lane's flat limit, two size classes */
+    int32_t *sbuf = calloc(20003, sizeof(int32_t)), *rbuf = calloc(20003, sizeof(int32_t));
+    int bad = 0;
+
+    for (int k = 0; k < ROUNDS && !bad; k++) {
+        size_t count = counts[k % 2];
+        for (size_t i = 0; i < count; i++)
+            sbuf[i] = value(rank, i) + k;
+        CHECK(hcclAllReduce(sbuf, rbuf, count, hcclInt32, hcclSum, comm));
+        for (size_t i = 0; i < count && bad < 3; i++) {
+            int64_t want = (int64_t)n * k;
+            for (int r = 0; r < n; r++)
+                want += value(r, i);
+            if (rbuf[i] != (int32_t)want) {
+                fprintf(stderr, "rank %d: repeated int32 sum %d (count %zu): element %zu is %d, want %lld\n", rank,
+                        k, count, i, rbuf[i], (long long)want);
+                bad++;
+            }
         }
     }
     free(sbuf);
@@ -278,6 +312,7 @@ int main(int argc, char **argv)
     bad += check_float(comm, g_rank, n, max_bytes / 4, hcclFloat32);
     bad += check_inflight(comm, g_rank, n);
     bad += check_mixed(comm, g_rank, n);
+    bad += check_repeated(comm, g_rank, n);
     CHECK(hcclCommDestroy(comm));
     printf("rank %d: %s\n", g_rank, bad ? "FAILED" : "all checks passed");
     return bad ? 1 : 0;

@@ -45,13 +45,16 @@ typedef struct {
 typedef struct {
     _Alignas(64) _Atomic uint32_t polling; /* its progress thread spins: senders need not ring */
     _Alignas(64) _Atomic uint32_t reads_all; /* its owner can read every local peer's memory */
+    /* rank 0's: how the lane runs split AllReduces, per size class (hccl_shm_lane_mode) */
+    _Alignas(64) _Atomic uint64_t lane_mode[HCCL_LANE_MODE_CLASSES];
 } shm_seg_hdr_t;
 
 /*
  * The lane (shm_lane.c): two slots after the segment's head, used in turn by lane operations.
  * The owner writes its block and then seq; the sequence number shares the block's first
  * cache line, so that a reader of a small block waits on one line only. part holds the
- * owner's share of a split operation's result, published by part_seq.
+ * owner's share of a split operation's result, published by part_seq; gpart_seq says that
+ * the owner's share of its CPU group's sum is in data (a grouped AllReduce, lane.c).
  */
 typedef struct {
     _Alignas(64) _Atomic uint64_t seq; /* 1 + the lane operation whose block data holds; 0: none */
@@ -62,6 +65,7 @@ typedef struct {
                                         * read single-copy, and data is unused */
     unsigned char data[HCCL_LANE_CAP];
     _Alignas(64) _Atomic uint64_t part_seq;
+    _Alignas(64) _Atomic uint64_t gpart_seq;
     _Alignas(64) unsigned char part[HCCL_LANE_PART_CAP];
 } shm_lane_slot_t;
 

@@ -141,6 +141,35 @@ bool hccl_shm_lane_part_published(void *shm_ctx, int rank, uint64_t lseq)
     return atomic_load_explicit(&lane_slot(shm_ctx, rank, lseq)->part_seq, memory_order_acquire) == lseq + 1;
 }
 
+static shm_seg_hdr_t *rank0_hdr(shm_ctx_t *ctx)
+{
+    return (shm_seg_hdr_t *)(ctx->env->rank == 0 ? ctx->seg : ctx->conns[0]->peer_seg);
+}
+
+uint64_t hccl_shm_lane_mode(void *shm_ctx, int cls)
+{
+    return atomic_load_explicit(&rank0_hdr(shm_ctx)->lane_mode[cls], memory_order_relaxed);
+}
+
+/* Ordered before rank 0's next publication (a release), after which peers read it. */
+void hccl_shm_lane_set_mode(void *shm_ctx, int cls, uint64_t word)
+{
+    atomic_store_explicit(&rank0_hdr(shm_ctx)->lane_mode[cls], word, memory_order_relaxed);
+}
+
+void hccl_shm_lane_publish_gpart(void *shm_ctx, uint64_t lseq)
+{
+    shm_ctx_t *ctx = shm_ctx;
+
+    atomic_store_explicit(&lane_slot(ctx, ctx->env->rank, lseq)->gpart_seq, lseq + 1, memory_order_release);
+    lane_ring_sleepers(ctx);
+}
+
+bool hccl_shm_lane_gpart_published(void *shm_ctx, int rank, uint64_t lseq)
+{
+    return atomic_load_explicit(&lane_slot(shm_ctx, rank, lseq)->gpart_seq, memory_order_acquire) == lseq + 1;
+}
+
 bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *coll_seq, uint32_t *sig)
 {
     shm_lane_slot_t *slot = lane_slot(shm_ctx, rank, lseq);

@@ -42,8 +42,8 @@ static void on_fatal(void *arg, hcclResult_t res, const char *msg)
     snprintf(arg, 512, "%s", msg);
 }
 
-/* A world whose lanes split operations above flat_max bytes. */
-static world_t *world_new_split(int n, size_t max_bytes, size_t flat_max)
+/* A world whose lanes split operations above flat_max bytes, in CPU groups group_of (or NULL). */
+static world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const int *group_of, bool always)
 {
     world_t *w = calloc(1, sizeof(*w));
 
@@ -71,10 +71,15 @@ static world_t *world_new_split(int n, size_t max_bytes, size_t flat_max)
             ctx->active[ctx->nactive++] = p;
         }
         assert_true(hccl_shm_lane_reaches_all(ctx, n));
-        hccl_lane_limits_t limits = {max_bytes, flat_max, 0, max_bytes, SIZE_MAX};
+        hccl_lane_limits_t limits = {max_bytes, flat_max, 0, max_bytes, SIZE_MAX, group_of, always};
         assert_int_equal(hccl_lane_create(ctx, r, n, &limits, on_fatal, &w->fatal[r], &w->lane[r]), hcclSuccess);
     }
     return w;
+}
+
+static world_t *world_new_split(int n, size_t max_bytes, size_t flat_max)
+{
+    return world_new_groups(n, max_bytes, flat_max, NULL, false);
 }
 
 static world_t *world_new(int n, size_t max_bytes)
@@ -140,61 +145,137 @@ static const hcclDataType_t dtypes[] = {hcclInt8, hcclUint8, hcclInt32, hcclUint
                                         hcclUint64, hcclFloat16, hcclBfloat16, hcclFloat32, hcclFloat64};
 static const hcclRedOp_t ops[] = {hcclSum, hcclProd, hcclMax, hcclMin, hcclAvg};
 
-/* Every dtype and op at several rank counts, in place and not, flat and split (counts below
- * the rank count leave some shares empty): right, and the same bits on every rank (each
- * block is reduced in rank order, once). */
-static void test_allreduce_every_type(void **state)
+/* Every dtype and op, in place and not, on w's lanes (counts below the rank count leave some
+ * shares empty): right, and the same bits on every rank (every rank reduces in one fixed
+ * order). grouped: each rank's group sum was published (the grouped path ran). */
+static void allreduce_every_type(world_t *w, bool grouped)
 {
     static const int counts[] = {1, 7, 1000};
+    int n = w->n;
+    unsigned seed = 1;
+
+    for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
+        for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++) {
+            for (size_t ci = 0; ci < 3; ci++, seed++) {
+                hcclDataType_t dt = dtypes[di];
+                size_t count = (size_t)counts[ci], esz = hccl_dtype_size(dt);
+                bool in_place = seed & 1;
+                void *sbuf[MAXR], *rbuf[MAXR];
+                test_op_t t[MAXR];
+                for (int r = 0; r < n; r++) {
+                    sbuf[r] = malloc(count * esz);
+                    rbuf[r] = in_place ? sbuf[r] : calloc(count, esz);
+                    for (size_t i = 0; i < count; i++)
+                        ref_store(sbuf[r], i, dt, ref_input(dt, ops[oi], r, i, seed));
+                    op_init(&t[r], HCCL_COLL_ALLREDUCE, sbuf[r], rbuf[r], count, dt, ops[oi]);
+                }
+                /* Ranks arrive one by one: nobody finishes before the last block. */
+                for (int r = 0; r < n; r++) {
+                    hccl_lane_enqueue(w->lane[r], &t[r].op);
+                    drive(w);
+                    for (int q = 0; q <= r; q++)
+                        assert_int_equal(t[q].done, r == n - 1);
+                }
+                for (int r = 0; r < n; r++) {
+                    assert_int_equal(t[r].res, hcclSuccess);
+                    assert_int_equal(t[r].op.grouped, grouped);
+                    if (grouped)
+                        assert_true(hccl_shm_lane_gpart_published(&w->ctx[0], r, t[r].op.lseq));
+                    if (memcmp(rbuf[r], rbuf[0], count * esz) != 0)
+                        fail_msg("n=%d %s %s count %zu: rank %d's result differs from rank 0's", n,
+                                 hccl_dtype_name(dt), hccl_op_name(ops[oi]), count, r);
+                    for (size_t i = 0; i < count; i++) {
+                        double got = ref_load(rbuf[r], i, dt), want = ref_reduce(dt, ops[oi], n, i, seed);
+                        if (!ref_close(dt, got, want))
+                            fail_msg("n=%d %s %s count %zu elem %zu: got %g want %g", n,
+                                     hccl_dtype_name(dt), hccl_op_name(ops[oi]), count, i, got, want);
+                    }
+                }
+                for (int r = 0; r < n; r++) {
+                    if (!in_place)
+                        free(rbuf[r]);
+                    free(sbuf[r]);
+                }
+            }
+        }
+    }
+}
+
+/* Every dtype and op at several rank counts, flat and split. */
+static void test_allreduce_every_type(void **state)
+{
     const int ranks[] = {2, 3, 5, 8};
 
     (void)state;
     for (size_t ni = 0; ni < 2 * sizeof(ranks) / sizeof(ranks[0]); ni++) {
-        int n = ranks[ni / 2];
-        world_t *w = world_new_split(n, HCCL_LANE_CAP, ni % 2 ? 0 : HCCL_LANE_FLAT_MAX);
-        unsigned seed = 1;
-        for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
-            for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++) {
-                for (size_t ci = 0; ci < 3; ci++, seed++) {
-                    hcclDataType_t dt = dtypes[di];
-                    size_t count = (size_t)counts[ci], esz = hccl_dtype_size(dt);
-                    bool in_place = seed & 1;
-                    void *sbuf[MAXR], *rbuf[MAXR];
-                    test_op_t t[MAXR];
-                    for (int r = 0; r < n; r++) {
-                        sbuf[r] = malloc(count * esz);
-                        rbuf[r] = in_place ? sbuf[r] : calloc(count, esz);
-                        for (size_t i = 0; i < count; i++)
-                            ref_store(sbuf[r], i, dt, ref_input(dt, ops[oi], r, i, seed));
-                        op_init(&t[r], HCCL_COLL_ALLREDUCE, sbuf[r], rbuf[r], count, dt, ops[oi]);
-                    }
-                    /* Ranks arrive one by one: nobody finishes before the last block. */
-                    for (int r = 0; r < n; r++) {
-                        hccl_lane_enqueue(w->lane[r], &t[r].op);
-                        drive(w);
-                        for (int q = 0; q <= r; q++)
-                            assert_int_equal(t[q].done, r == n - 1);
-                    }
-                    for (int r = 0; r < n; r++) {
-                        assert_int_equal(t[r].res, hcclSuccess);
-                        if (memcmp(rbuf[r], rbuf[0], count * esz) != 0)
-                            fail_msg("n=%d %s %s count %zu: rank %d's result differs from rank 0's", n,
-                                     hccl_dtype_name(dt), hccl_op_name(ops[oi]), count, r);
-                        for (size_t i = 0; i < count; i++) {
-                            double got = ref_load(rbuf[r], i, dt), want = ref_reduce(dt, ops[oi], n, i, seed);
-                            if (!ref_close(dt, got, want))
-                                fail_msg("n=%d %s %s count %zu elem %zu: got %g want %g", n,
-                                         hccl_dtype_name(dt), hccl_op_name(ops[oi]), count, i, got, want);
-                        }
-                    }
-                    for (int r = 0; r < n; r++) {
-                        if (!in_place)
-                            free(rbuf[r]);
-                        free(sbuf[r]);
-                    }
-                }
-            }
+        world_t *w = world_new_split(ranks[ni / 2], HCCL_LANE_CAP, ni % 2 ? 0 : HCCL_LANE_FLAT_MAX);
+        allreduce_every_type(w, false);
+        world_free(w);
+    }
+}
+
+/* Without group_always, rank 0 chooses per size class and every rank follows: an untimed way
+ * is tried first, and each class is chosen on its own. */
+static void test_allreduce_group_choice(void **state)
+{
+    enum { N = 4, OPS = 30 };
+    static const int group_of[N] = {0, 1, 0, 1};
+    static const size_t counts[2] = {3000, 70000};
+    world_t *w = world_new_groups(N, HCCL_LANE_CAP, 0, group_of, false);
+    static float in[N][70000], out[N][70000];
+    int seen[2] = {0, 0};
+
+    (void)state;
+    for (int k = 0; k < OPS; k++) {
+        size_t count = counts[k % 2];
+        test_op_t t[N];
+        for (int r = 0; r < N; r++) {
+            for (size_t i = 0; i < count; i++)
+                in[r][i] = (float)((r + 1) * (int)(i % 97) + k);
+            op_init(&t[r], HCCL_COLL_ALLREDUCE, in[r], out[r], count, hcclFloat32, hcclSum);
         }
+        /* Rank 0 last: the others publish before it has timed anything of this operation. */
+        for (int r = N - 1; r >= 0; r--)
+            hccl_lane_enqueue(w->lane[r], &t[r].op);
+        drive(w);
+        for (int r = 0; r < N; r++) {
+            assert_int_equal(t[r].done, 1);
+            assert_int_equal(t[r].res, hcclSuccess);
+            assert_int_equal(t[r].op.grouped, t[0].op.grouped);
+            for (size_t i = 0; i < count; i++)
+                assert_true(out[r][i] == (float)(10 * (int)(i % 97) + 4 * k));
+        }
+        /* Per class: two to warm up and five timed plain, then a try of six grouped (the first
+         * two warm up). */
+        if (seen[k % 2] < 13)
+            assert_int_equal(t[0].op.grouped, seen[k % 2] >= 7);
+        seen[k % 2]++;
+    }
+    world_free(w);
+}
+
+/* Split AllReduce by CPU group: groups of unequal sizes, a rank alone in its group, more
+ * groups than two, and groupings where nothing is grouped (one group; every rank alone). */
+static void test_allreduce_grouped(void **state)
+{
+    static const struct {
+        int n;
+        int group_of[MAXR];
+        bool grouped;
+    } cases[] = {
+        {2, {0, 1}, false},
+        {3, {0, 0, 0}, false},
+        {3, {0, 1, 0}, true},
+        {4, {1, 0, 1, 0}, true},
+        {5, {0, 1, 2, 0, 1}, true},
+        {8, {0, 1, 0, 1, 0, 1, 0, 1}, true},
+        {8, {0, 0, 0, 0, 0, 1, 1, 2}, true},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        world_t *w = world_new_groups(cases[i].n, HCCL_LANE_CAP, 0, cases[i].group_of, true);
+        allreduce_every_type(w, cases[i].grouped);
         world_free(w);
     }
 }
@@ -453,7 +534,7 @@ static void world_go_direct(world_t *w, size_t direct_min, int fds[2])
         hccl_lane_destroy(w->lane[r]);
         assert_int_equal(hccl_lane_create(&w->ctx[r], r, w->n,
                                           &(hccl_lane_limits_t){HCCL_LANE_CAP, HCCL_LANE_FLAT_MAX, 0,
-                                                                HCCL_LANE_CAP, direct_min},
+                                                                HCCL_LANE_CAP, direct_min, NULL, false},
                                           on_fatal_any, &w->fatal[r], &w->lane[r]),
                          hcclSuccess);
     }
@@ -556,7 +637,8 @@ static void test_takes(void **state)
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLTOALLV, SIZE_MAX));
     /* Where ranks share CPUs, small rooted calls keep to plans. */
     hccl_lane_destroy(w->lane[0]);
-    assert_int_equal(hccl_lane_create(&w->ctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX}, on_fatal,
+    assert_int_equal(hccl_lane_create(&w->ctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL, false},
+                                      on_fatal,
                                       &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 1023));
@@ -577,6 +659,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_allreduce_every_type),
+        cmocka_unit_test(test_allreduce_grouped),
+        cmocka_unit_test(test_allreduce_group_choice),
         cmocka_unit_test(test_queued_in_order),
         cmocka_unit_test(test_wait_replace_fail),
         cmocka_unit_test(test_other_collectives),
