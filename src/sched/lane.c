@@ -33,8 +33,8 @@ typedef struct {
 } lane_last_t;
 
 /* The first operations of a class fault their buffers in: not timed. Then the plain way is
- * timed, and the grouped one tried; a try is a run of CHOICE_PROBE_LEN operations, at least
- * CHOICE_PROBE_OPS operations and CHOICE_PROBE_NS apart. */
+ * timed, and after CHOICE_PROBE_OPS operations the grouped one tried; a try is a run of
+ * CHOICE_PROBE_LEN operations, at least CHOICE_PROBE_OPS operations and CHOICE_PROBE_NS apart. */
 #define CHOICE_WARM_OPS 2
 #define CHOICE_PROBE_LEN 4
 #define CHOICE_PROBE_OPS 32
@@ -243,7 +243,9 @@ static bool choice_next(lane_choice_t *c, bool *probe)
     bool best = c->ns_per_byte[1] != 0 && c->ns_per_byte[1] < c->ns_per_byte[0];
 
     *probe = false;
-    if (++c->decided <= CHOICE_WARM_OPS + CHOICE_PROBE_LEN)
+    /* A class first runs plain for CHOICE_PROBE_OPS operations: the grouped way's first try
+     * costs (its warm-up faults pages in), which a class used only a few times never repays. */
+    if (++c->decided < CHOICE_PROBE_OPS)
         return false;
     if (c->probe_left == 0 && c->probe_n == 0 && c->ns_per_byte[1] == 0 && c->probe_skip == 0) {
         /* The first grouped operations fault in the parts' pages that the plain way left

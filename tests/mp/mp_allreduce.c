@@ -116,7 +116,7 @@ static int check_float(hcclComm_t comm, int rank, int n, size_t count, hcclDataT
  */
 static int check_repeated(hcclComm_t comm, int rank, int n)
 {
-    enum { ROUNDS = 40 };
+    enum { ROUNDS = 100 };
     static const size_t counts[2] = {3001, 20003}; /* above the lane's flat limit, two size classes */
     int32_t *sbuf = calloc(20003, sizeof(int32_t)), *rbuf = calloc(20003, sizeof(int32_t));
     int bad = 0;
