@@ -300,9 +300,11 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     HCCL_CHECK(hccl_reactor_add_poller(comm->reactor, &(hccl_poller_t){hccl_lane_poll, NULL, comm->lane}));
     hccl_shm_lane_on_bell(shm, hccl_lane_poll, comm->lane);
     HCCL_INFO(HCCL_SUB_INIT, "rank %d: collectives of up to %zu B take the shm lane (AllReduce and Reduce split "
-              "above %d B; Broadcast and Reduce from %zu to %zu B), and every Barrier", comm->rank,
+              "above %d B; Broadcast and Reduce from %zu to %zu B), and every Barrier; CPU groups for split "
+              "AllReduces: %d", comm->rank,
               limits.max_bytes < HCCL_LANE_CAP ? limits.max_bytes : (size_t)HCCL_LANE_CAP, HCCL_LANE_FLAT_MAX,
-              limits.rooted_min, limits.rooted_max < HCCL_LANE_CAP ? limits.rooted_max : (size_t)HCCL_LANE_CAP);
+              limits.rooted_min, limits.rooted_max < HCCL_LANE_CAP ? limits.rooted_max : (size_t)HCCL_LANE_CAP,
+              hccl_lane_groups(comm->lane));
     return hcclSuccess;
 }
 

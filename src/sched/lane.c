@@ -23,6 +23,7 @@ typedef struct {
     double probe_sum;           /* the current try's samples */
     int probe_n;
     int probe_skip;             /* the first try's first samples, not counted */
+    bool tried;                 /* the first try has started */
 } lane_choice_t;
 
 typedef struct {
@@ -77,6 +78,13 @@ static hcclResult_t lane_set_groups(hccl_lane_t *lane, const int *group_of)
         if (group_of[r] + 1 > ngroups)
             ngroups = group_of[r] + 1;
     }
+    for (int g = 0; g < ngroups; g++) {
+        int r = 0;
+        while (r < n && group_of[r] != g)
+            r++;
+        if (r == n)
+            return hcclSuccess; /* numbered with a gap: not what comm.c makes; no groups */
+    }
     lane->members = hccl_calloc((size_t)n, sizeof(int));
     lane->gfirst = hccl_calloc((size_t)ngroups + 1, sizeof(int));
     lane->piece = hccl_calloc((size_t)ngroups, sizeof(*lane->piece));
@@ -93,8 +101,6 @@ static hcclResult_t lane_set_groups(hccl_lane_t *lane, const int *group_of)
             }
             lane->members[at++] = r;
         }
-        if (at == lane->gfirst[g])
-            return HCCL_FAIL(hcclInternalError, "lane: CPU group %d has no rank", g);
         shared = shared || at - lane->gfirst[g] > 1;
     }
     lane->gfirst[ngroups] = at;
@@ -184,6 +190,11 @@ bool hccl_lane_idle(const hccl_lane_t *lane)
     return lane->head == NULL;
 }
 
+int hccl_lane_groups(const hccl_lane_t *lane)
+{
+    return lane->ngroups;
+}
+
 size_t hccl_lane_reach(const hccl_lane_t *lane)
 {
     return lane->limits.max_bytes > lane->limits.rooted_max ? lane->limits.max_bytes
@@ -247,14 +258,18 @@ static bool choice_next(lane_choice_t *c, bool *probe)
      * costs (its warm-up faults pages in), which a class used only a few times never repays. */
     if (++c->decided < CHOICE_PROBE_OPS)
         return false;
-    if (c->probe_left == 0 && c->probe_n == 0 && c->ns_per_byte[1] == 0 && c->probe_skip == 0) {
+    /* Only where the plain way got timed: where the class's operations never follow each other
+     * neither way can be (choice_record), and the class stays plain. A try starts afresh: one
+     * whose samples were lost (another operation came in between) is dropped. */
+    if (c->probe_left == 0 && c->ns_per_byte[0] != 0 &&
+        (!c->tried || (++c->since_probe >= CHOICE_PROBE_OPS && hccl_now_ns() - c->probed_ns >= CHOICE_PROBE_NS))) {
         /* The first grouped operations fault in the parts' pages that the plain way left
          * alone: not timed either. */
-        c->probe_left = CHOICE_WARM_OPS + CHOICE_PROBE_LEN;
-        c->probe_skip = CHOICE_WARM_OPS;
-    } else if (c->probe_left == 0 && c->probe_n == 0 && c->ns_per_byte[1] != 0 &&
-               ++c->since_probe >= CHOICE_PROBE_OPS && hccl_now_ns() - c->probed_ns >= CHOICE_PROBE_NS) {
-        c->probe_left = CHOICE_PROBE_LEN;
+        c->probe_skip = c->tried ? 0 : CHOICE_WARM_OPS;
+        c->probe_left = CHOICE_PROBE_LEN + c->probe_skip;
+        c->probe_n = 0;
+        c->probe_sum = 0;
+        c->tried = true;
     }
     if (c->probe_left > 0) {
         if (--c->probe_left == 0) {
@@ -262,7 +277,7 @@ static bool choice_next(lane_choice_t *c, bool *probe)
             c->probed_ns = hccl_now_ns();
         }
         *probe = true;
-        return c->ns_per_byte[1] == 0 ? true : !best;
+        return !best;
     }
     return best;
 }
@@ -294,10 +309,11 @@ static bool lane_choose_grouped(hccl_lane_t *lane, hccl_lane_op_t *op, size_t by
 }
 
 /*
- * Rank 0, as it publishes op: the operation before it, if of the same class, took from its
- * publication to op's. That includes whatever the caller did in between, the same for both
- * ways on average, but also the time until the other ranks were done with it, which the
- * time to its own result misses (measured: half of the period at 8 ranks on 2 CPUs).
+ * Rank 0, as it publishes op: the lane operation just before it, if of the same class, took
+ * from its publication to op's. That includes whatever the caller did in between, the same for
+ * both ways on average, but also the time until the other ranks were done with it, which the
+ * time to its own result misses (measured: half of the period at 8 ranks on 2 CPUs). An
+ * operation followed by another class, or by another kind of lane operation, is not timed.
  */
 static void choice_record(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t bytes, int64_t now)
 {
@@ -764,6 +780,15 @@ const hccl_lane_op_t *hccl_lane_first(const hccl_lane_t *lane)
     return lane->head;
 }
 
+/* Whether rank r is on our CPU (grouped operations). */
+static bool lane_in_group(const hccl_lane_t *lane, int r)
+{
+    for (int i = lane->gfirst[lane->group]; i < lane->gfirst[lane->group + 1]; i++)
+        if (lane->members[i] == r)
+            return true;
+    return false;
+}
+
 bool hccl_lane_waiting_for(const hccl_lane_t *lane, const hccl_lane_op_t *want, char *buf, size_t len)
 {
     const hccl_lane_op_t *op = lane->head;
@@ -779,9 +804,18 @@ bool hccl_lane_waiting_for(const hccl_lane_t *lane, const hccl_lane_op_t *want, 
     for (int r = 0; r < lane->nranks && at + 16 < len; r++) {
         uint64_t their_seq;
         uint32_t their_sig;
-        if (r != lane->rank && (op->part_done ? !hccl_shm_lane_part_published(lane->shm, r, op->lseq)
-                                              : !hccl_shm_lane_published(lane->shm, r, op->lseq, &their_seq,
-                                                                         &their_sig)))
+        bool waiting;
+        if (r == lane->rank)
+            continue;
+        if (!op->part_done)
+            waiting = !hccl_shm_lane_published(lane->shm, r, op->lseq, &their_seq, &their_sig);
+        else if (!op->grouped)
+            waiting = !hccl_shm_lane_part_published(lane->shm, r, op->lseq);
+        else if (!op->final_done) /* the other CPUs' ranks whose sums are not in */
+            waiting = !lane_in_group(lane, r) && !hccl_shm_lane_gpart_published(lane->shm, r, op->lseq);
+        else /* the parts of our CPU's ranks */
+            waiting = lane_in_group(lane, r) && !hccl_shm_lane_part_published(lane->shm, r, op->lseq);
+        if (waiting)
             at += (size_t)snprintf(buf + at, len - at, "%s%d", at ? ", " : "", r);
     }
     return true;

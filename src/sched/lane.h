@@ -11,7 +11,8 @@
  * sum per group. Blocks are reduced in a fixed order (rank order; grouped, rank order within
  * a group, then group order), so every rank gets the same bits. Lane operations
  * run one at a time in call order, apart from the plans (which never touch the slots); all
- * ranks make the same choices from the call and shared settings, so every exchange agrees.
+ * ranks make the same choices from the call and shared settings (and, for a split AllReduce's
+ * way, from rank 0's word: hccl_lane_limits_t), so every exchange agrees.
  *
  * State is the reactor's: touched with its work held (the progress thread, a callback, or a
  * thread that drives it).
@@ -109,6 +110,8 @@ void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op);
 bool hccl_lane_poll(void *lane);
 /* Whether no operation is queued. */
 bool hccl_lane_idle(const hccl_lane_t *lane);
+/* How many CPU groups split AllReduces may run by (0: none; see hccl_lane_limits_t). */
+int hccl_lane_groups(const hccl_lane_t *lane);
 /* The largest block any call may put in a slot (at most HCCL_LANE_CAP). */
 size_t hccl_lane_reach(const hccl_lane_t *lane);
 /* Puts op's copy in its place in the queue (a caller that stops driving its own op). */

@@ -1,8 +1,8 @@
 /*
  * Multi-process AllReduce check, run through hccl-run at several rank counts
  * and links: sizes from 0 to 64 MiB, several dtypes and ops, in-place and
- * out-of-place, blocking and several requests in flight at once, and one size class after
- * another repeated (the lane's timed choice between its plain and grouped ways).
+ * out-of-place, blocking and several requests in flight at once, and one size repeated
+ * (the lane's timed choice between its plain and grouped ways).
  *
  *   mp_allreduce [--max-bytes N]      every rank exits 0 when all results are right
  *   mp_allreduce --kill-rank K        rank K dies by SIGKILL inside a large AllReduce;
@@ -110,19 +110,20 @@ static int check_float(hcclComm_t comm, int rank, int n, size_t count, hcclDataT
 }
 
 /*
- * The same split sizes again and again, with new values each time: where ranks are pinned to
- * CPUs in groups (hccl-run's default binding, more ranks than CPUs), rank 0 times the lane's
- * plain and grouped ways and switches between them, which every rank must follow.
+ * One split size back to back, then two in turn, with new values each time: where ranks are
+ * pinned to CPUs in groups (hccl-run's default binding with more ranks than CPUs), rank 0
+ * times the lane's plain way on the run and then tries the grouped one (from the 32nd
+ * operation, for six), and every rank must follow it.
  */
 static int check_repeated(hcclComm_t comm, int rank, int n)
 {
-    enum { ROUNDS = 100 };
-    static const size_t counts[2] = {3001, 20003}; /* above the lane's flat limit, two size classes */
+    enum { ROUNDS = 80, RUN = 50 };
+    static const size_t counts[2] = {20003, 3001}; /* above the lane's flat limit, two size classes */
     int32_t *sbuf = calloc(20003, sizeof(int32_t)), *rbuf = calloc(20003, sizeof(int32_t));
     int bad = 0;
 
     for (int k = 0; k < ROUNDS && !bad; k++) {
-        size_t count = counts[k % 2];
+        size_t count = counts[k < RUN ? 0 : k % 2];
         for (size_t i = 0; i < count; i++)
             sbuf[i] = value(rank, i) + k;
         CHECK(hcclAllReduce(sbuf, rbuf, count, hcclInt32, hcclSum, comm));

@@ -214,29 +214,33 @@ static void test_allreduce_every_type(void **state)
     }
 }
 
-/* Without group_always, rank 0 chooses per size class and every rank follows: an untimed way
- * is tried first, and each class is chosen on its own. */
+/* Without group_always, rank 0 chooses per size class and every rank follows, whether it
+ * publishes before rank 0 rewrote the class's word or after. A class run back to back is timed
+ * and tried grouped; one whose operations never follow each other stays plain. */
 static void test_allreduce_group_choice(void **state)
 {
-    enum { N = 4, OPS = 80 };
+    enum { N = 4, OPS = 90, RUN = 50 };
     static const int group_of[N] = {0, 1, 0, 1};
-    static const size_t counts[2] = {3000, 70000};
+    static const size_t counts[2] = {70000, 3000};
     world_t *w = world_new_groups(N, HCCL_LANE_CAP, 0, group_of, false);
     static float in[N][70000], out[N][70000];
-    int seen[2] = {0, 0};
+    int seen = 0, tried = 0;
 
     (void)state;
     for (int k = 0; k < OPS; k++) {
-        size_t count = counts[k % 2];
+        /* RUN operations of class A back to back, then A and B in turn */
+        int cls = k < RUN ? 0 : k % 2;
+        size_t count = counts[cls];
         test_op_t t[N];
         for (int r = 0; r < N; r++) {
             for (size_t i = 0; i < count; i++)
                 in[r][i] = (float)((r + 1) * (int)(i % 97) + k);
             op_init(&t[r], HCCL_COLL_ALLREDUCE, in[r], out[r], count, hcclFloat32, hcclSum);
         }
-        /* Rank 0 last: the others publish before it has timed anything of this operation. */
-        for (int r = N - 1; r >= 0; r--)
-            hccl_lane_enqueue(w->lane[r], &t[r].op);
+        /* Rank 0 last (the others read the word it wrote at the class's last operation), or
+         * first (they read the one it wrote publishing this one). */
+        for (int i = 0; i < N; i++)
+            hccl_lane_enqueue(w->lane[k % 2 ? i : N - 1 - i], &t[k % 2 ? i : N - 1 - i].op);
         drive(w);
         for (int r = 0; r < N; r++) {
             assert_int_equal(t[r].done, 1);
@@ -245,11 +249,61 @@ static void test_allreduce_group_choice(void **state)
             for (size_t i = 0; i < count; i++)
                 assert_true(out[r][i] == (float)(10 * (int)(i % 97) + 4 * k));
         }
-        /* Per class: 32 plain (the first two warm up), then a try of six grouped (the first two
+        if (cls == 1) {
+            assert_false(t[0].op.grouped);
+            continue;
+        }
+        /* Class A: 32 plain (the first two warm up), then a try of six grouped (the first two
          * warm up). */
-        if (seen[k % 2] < 38)
-            assert_int_equal(t[0].op.grouped, seen[k % 2] >= 32);
-        seen[k % 2]++;
+        if (seen < 38)
+            assert_int_equal(t[0].op.grouped, seen >= 32);
+        tried += t[0].op.grouped;
+        seen++;
+    }
+    assert_true(tried >= 6);
+    world_free(w);
+}
+
+/* A grouped operation says which ranks it waits for: the other CPU's sums, then its own
+ * CPU's parts. */
+static void test_grouped_waiting_for(void **state)
+{
+    enum { N = 4, C = 1000 };
+    static const int group_of[N] = {0, 1, 0, 1};
+    world_t *w = world_new_groups(N, HCCL_LANE_CAP, 0, group_of, true);
+    static int32_t in[N][C], out[N][C];
+    test_op_t t[N];
+    char buf[64];
+
+    (void)state;
+    for (int r = 0; r < N; r++) {
+        for (int i = 0; i < C; i++)
+            in[r][i] = r * 1000 + i;
+        op_init(&t[r], HCCL_COLL_ALLREDUCE, in[r], out[r], C, hcclInt32, hcclSum);
+    }
+    /* Each enqueue polls its own lane once: rank 3 comes last and sums its CPU's blocks; rank
+     * 1's sum is not in until it is polled again. */
+    hccl_lane_enqueue(w->lane[0], &t[0].op);
+    hccl_lane_enqueue(w->lane[2], &t[2].op);
+    assert_true(hccl_lane_waiting_for(w->lane[0], &t[0].op, buf, sizeof(buf)));
+    assert_string_equal(buf, "1, 3");
+    hccl_lane_enqueue(w->lane[1], &t[1].op);
+    hccl_lane_enqueue(w->lane[3], &t[3].op);
+    hccl_lane_poll(w->lane[0]);
+    assert_true(t[0].op.grouped && t[0].op.part_done && !t[0].op.final_done);
+    assert_true(hccl_lane_waiting_for(w->lane[0], &t[0].op, buf, sizeof(buf)));
+    assert_string_equal(buf, "1");
+    /* Rank 2 has not summed its share yet either: rank 0 then waits for its part. */
+    hccl_lane_poll(w->lane[1]);
+    hccl_lane_poll(w->lane[0]);
+    assert_true(t[0].op.final_done && !t[0].done);
+    assert_true(hccl_lane_waiting_for(w->lane[0], &t[0].op, buf, sizeof(buf)));
+    assert_string_equal(buf, "2");
+    drive(w);
+    for (int r = 0; r < N; r++) {
+        assert_int_equal(t[r].done, 1);
+        for (int i = 0; i < C; i++)
+            assert_int_equal(out[r][i], 6000 + 4 * i);
     }
     world_free(w);
 }
@@ -661,6 +715,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_every_type),
         cmocka_unit_test(test_allreduce_grouped),
         cmocka_unit_test(test_allreduce_group_choice),
+        cmocka_unit_test(test_grouped_waiting_for),
         cmocka_unit_test(test_queued_in_order),
         cmocka_unit_test(test_wait_replace_fail),
         cmocka_unit_test(test_other_collectives),
