@@ -272,7 +272,7 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     void *shm = comm->link_ctx[HCCL_LINK_SHM];
     bool shared = hccl_topo_host_cores_shared(comm);
     size_t max = comm->params.lane_max;
-    hccl_lane_limits_t limits = {max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX, NULL, false};
+    hccl_lane_limits_t limits = {max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX, NULL, false, 0};
     int *group_of = NULL;
     hcclResult_t res;
 

@@ -34,8 +34,9 @@ typedef struct {
 } lane_last_t;
 
 /* The first operations of a class fault their buffers in: not timed. Then the plain way is
- * timed, and after CHOICE_PROBE_OPS operations the grouped one tried; a try is a run of
- * CHOICE_PROBE_LEN operations, at least CHOICE_PROBE_OPS operations and CHOICE_PROBE_NS apart. */
+ * timed, and after CHOICE_PROBE_OPS operations and CHOICE_PROBE_NS the grouped one tried; a
+ * try is a run of CHOICE_PROBE_LEN operations, at least CHOICE_PROBE_OPS operations and
+ * CHOICE_PROBE_NS apart. */
 #define CHOICE_WARM_OPS 2
 #define CHOICE_PROBE_LEN 4
 #define CHOICE_PROBE_OPS 32
@@ -249,20 +250,23 @@ static int mode_class(size_t bytes)
 }
 
 /* Rank 0: the way for the next split AllReduce of class c, and whether it is a try. */
-static bool choice_next(lane_choice_t *c, bool *probe)
+static bool choice_next(lane_choice_t *c, int64_t gap_ns, bool *probe)
 {
     bool best = c->ns_per_byte[1] != 0 && c->ns_per_byte[1] < c->ns_per_byte[0];
 
     *probe = false;
-    /* A class first runs plain for CHOICE_PROBE_OPS operations: the grouped way's first try
-     * costs (its warm-up faults pages in), which a class used only a few times never repays. */
-    if (++c->decided < CHOICE_PROBE_OPS)
+    /* A class first runs plain for CHOICE_PROBE_OPS operations and gap_ns: the grouped way's
+     * first try costs (its first operations fault pages in: 3-4x a plain one, 20% of a
+     * benchmark's 30 calls of 1 MiB at 8 ranks), which a class used only briefly never repays. */
+    if (++c->decided == 1)
+        c->probed_ns = hccl_now_ns();
+    if (c->decided < CHOICE_PROBE_OPS)
         return false;
     /* Only where the plain way got timed: where the class's operations never follow each other
      * neither way can be (choice_record), and the class stays plain. A try starts afresh: one
      * whose samples were lost (another operation came in between) is dropped. */
-    if (c->probe_left == 0 && c->ns_per_byte[0] != 0 &&
-        (!c->tried || (++c->since_probe >= CHOICE_PROBE_OPS && hccl_now_ns() - c->probed_ns >= CHOICE_PROBE_NS))) {
+    if (c->probe_left == 0 && c->ns_per_byte[0] != 0 && (!c->tried || ++c->since_probe >= CHOICE_PROBE_OPS) &&
+        hccl_now_ns() - c->probed_ns >= gap_ns) {
         /* The first grouped operations fault in the parts' pages that the plain way left
          * alone: not timed either. */
         c->probe_skip = c->tried ? 0 : CHOICE_WARM_OPS;
@@ -301,7 +305,7 @@ static bool lane_choose_grouped(hccl_lane_t *lane, hccl_lane_op_t *op, size_t by
         bool probe, next;
         op->probe = c->next_probe;
         lane->last.warm = c->decided >= CHOICE_WARM_OPS;
-        next = choice_next(c, &probe);
+        next = choice_next(c, lane->limits.choice_ns ? lane->limits.choice_ns : CHOICE_PROBE_NS, &probe);
         c->next_probe = probe;
         hccl_shm_lane_set_mode(lane->shm, cls, (op->lseq + 1) << 2 | (uint64_t)grouped << 1 | next);
     }

@@ -85,6 +85,9 @@ typedef struct {
      * class, the way that took less, trying the other now and then, and every rank follows
      * (hccl_shm_lane_mode). */
     bool group_always;
+    /* Rank 0's choice: the least time from a class's first operation to its first try of the
+     * other way, and between tries (0: 50 ms; tests make it short). */
+    int64_t choice_ns;
 } hccl_lane_limits_t;
 
 /*

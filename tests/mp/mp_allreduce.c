@@ -110,20 +110,22 @@ static int check_float(hcclComm_t comm, int rank, int n, size_t count, hcclDataT
 }
 
 /*
- * One split size back to back, then two in turn, with new values each time: where ranks are
- * pinned to CPUs in groups (hccl-run's default binding with more ranks than CPUs), rank 0
- * times the lane's plain way on the run and then tries the grouped one (from the 32nd
- * operation, for six), and every rank must follow it.
+ * One split size back to back for at least 50 calls and 0.2 s, then two in turn, with new
+ * values each time: where ranks are pinned to CPUs in groups (hccl-run's default binding with
+ * more ranks than CPUs), rank 0 times the lane's plain way on the run and then tries the
+ * grouped one (from the 32nd call once 50 ms have passed, for six), and every rank must
+ * follow it. Rank 0 says when the run ends, so that every rank makes the same calls.
  */
 static int check_repeated(hcclComm_t comm, int rank, int n)
 {
-    enum { ROUNDS = 80, RUN = 50 };
     static const size_t counts[2] = {20003, 3001}; /* above the lane's flat limit, two size classes */
     int32_t *sbuf = calloc(20003, sizeof(int32_t)), *rbuf = calloc(20003, sizeof(int32_t));
-    int bad = 0;
+    int bad = 0, run = 1, tail = 0;
+    double t0 = now_s();
 
-    for (int k = 0; k < ROUNDS && !bad; k++) {
-        size_t count = counts[k < RUN ? 0 : k % 2];
+    for (int k = 0; tail < 30; k++) {
+        size_t count = counts[run ? 0 : k % 2];
+        tail += !run;
         for (size_t i = 0; i < count; i++)
             sbuf[i] = value(rank, i) + k;
         CHECK(hcclAllReduce(sbuf, rbuf, count, hcclInt32, hcclSum, comm));
@@ -136,6 +138,11 @@ static int check_repeated(hcclComm_t comm, int rank, int n)
                         k, count, i, rbuf[i], (long long)want);
                 bad++;
             }
+        }
+        if (run) {
+            int more = k + 1 < 50 || now_s() - t0 < 0.2;
+            CHECK(hcclBroadcast(&more, 1, hcclInt32, 0, comm));
+            run = more;
         }
     }
     free(sbuf);

@@ -71,7 +71,8 @@ static world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const
             ctx->active[ctx->nactive++] = p;
         }
         assert_true(hccl_shm_lane_reaches_all(ctx, n));
-        hccl_lane_limits_t limits = {max_bytes, flat_max, 0, max_bytes, SIZE_MAX, group_of, always};
+        /* Tries of the other way as soon as the operation counts allow. */
+        hccl_lane_limits_t limits = {max_bytes, flat_max, 0, max_bytes, SIZE_MAX, group_of, always, 1};
         assert_int_equal(hccl_lane_create(ctx, r, n, &limits, on_fatal, &w->fatal[r], &w->lane[r]), hcclSuccess);
     }
     return w;
@@ -588,7 +589,7 @@ static void world_go_direct(world_t *w, size_t direct_min, int fds[2])
         hccl_lane_destroy(w->lane[r]);
         assert_int_equal(hccl_lane_create(&w->ctx[r], r, w->n,
                                           &(hccl_lane_limits_t){HCCL_LANE_CAP, HCCL_LANE_FLAT_MAX, 0,
-                                                                HCCL_LANE_CAP, direct_min, NULL, false},
+                                                                HCCL_LANE_CAP, direct_min, NULL, false, 0},
                                           on_fatal_any, &w->fatal[r], &w->lane[r]),
                          hcclSuccess);
     }
@@ -691,7 +692,7 @@ static void test_takes(void **state)
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLTOALLV, SIZE_MAX));
     /* Where ranks share CPUs, small rooted calls keep to plans. */
     hccl_lane_destroy(w->lane[0]);
-    assert_int_equal(hccl_lane_create(&w->ctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL, false},
+    assert_int_equal(hccl_lane_create(&w->ctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL, false, 0},
                                       on_fatal,
                                       &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
