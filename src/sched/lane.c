@@ -7,11 +7,24 @@
 #include "sched/lane.h"
 #include "sched/sched.h"
 
+/* The first operations of a class fault their buffers in: not timed. Then the plain way is
+ * timed, and after CHOICE_PROBE_OPS operations and CHOICE_PROBE_NS the grouped one tried; a
+ * try is a run of CHOICE_PROBE_LEN operations, at least CHOICE_PROBE_OPS operations and
+ * CHOICE_PROBE_NS apart. */
+#define CHOICE_WARM_OPS 2
+#define CHOICE_PROBE_LEN 4 /* median4 takes four */
+#define CHOICE_PROBE_OPS 32
+#define CHOICE_PROBE_NS (50 * 1000 * 1000)
+#define CHOICE_MARGIN 0.9
+/* Above this the grouped way's extra pass over the data costs more than it saves (measured:
+ * 0.83-0.96x at 4-16 MiB, whether copies between the CPUs are slow or not). */
+#define CHOICE_GROUPED_MAX (2u << 20)
+
 /*
  * Rank 0's figures for one size class of split AllReduce: ns per byte from an operation's
  * publication to the next one's, plain [0] and grouped [1]. Single operations vary 2-5x where
- * four ranks share a CPU, so the other way is tried for a run of operations and their mean
- * replaces its figure.
+ * four ranks share a CPU, so the other way is tried for a run of operations, whose middle
+ * samples replace its figure.
  */
 typedef struct {
     double ns_per_byte[2];
@@ -20,7 +33,7 @@ typedef struct {
     int64_t probed_ns;
     int probe_left;             /* operations of the current try still to be chosen */
     bool next_probe;            /* the way written for the next operation is a try */
-    double probe_sum;           /* the current try's samples */
+    double probe[CHOICE_PROBE_LEN]; /* the current try's samples */
     int probe_n;
     int probe_skip;             /* the first try's first samples, not counted */
     bool tried;                 /* the first try has started */
@@ -32,18 +45,6 @@ typedef struct {
     size_t bytes;
     int64_t published_ns;
 } lane_last_t;
-
-/* The first operations of a class fault their buffers in: not timed. Then the plain way is
- * timed, and after CHOICE_PROBE_OPS operations and CHOICE_PROBE_NS the grouped one tried; a
- * try is a run of CHOICE_PROBE_LEN operations, at least CHOICE_PROBE_OPS operations and
- * CHOICE_PROBE_NS apart. */
-#define CHOICE_WARM_OPS 2
-#define CHOICE_PROBE_LEN 4
-#define CHOICE_PROBE_OPS 32
-#define CHOICE_PROBE_NS (50 * 1000 * 1000)
-/* Above this the grouped way's extra pass over the data costs more than it saves (measured:
- * 0.83-0.96x at 4-16 MiB, whether copies between the CPUs are slow or not). */
-#define CHOICE_GROUPED_MAX (2u << 20)
 
 struct hccl_lane {
     void *shm;                  /* borrowed: the shm link's context */
@@ -252,7 +253,9 @@ static int mode_class(size_t bytes)
 /* Rank 0: the way for the next split AllReduce of class c, and whether it is a try. */
 static bool choice_next(lane_choice_t *c, int64_t gap_ns, bool *probe)
 {
-    bool best = c->ns_per_byte[1] != 0 && c->ns_per_byte[1] < c->ns_per_byte[0];
+    /* Grouped only by a margin: where the two ways are close, four noisy samples would pick
+     * the one with the extra pass (measured: 0.93-0.96x at 8 ranks in fast minutes without). */
+    bool best = c->ns_per_byte[1] != 0 && c->ns_per_byte[1] < CHOICE_MARGIN * c->ns_per_byte[0];
 
     *probe = false;
     /* A class first runs plain for CHOICE_PROBE_OPS operations and gap_ns: the grouped way's
@@ -272,7 +275,6 @@ static bool choice_next(lane_choice_t *c, int64_t gap_ns, bool *probe)
         c->probe_skip = c->tried ? 0 : CHOICE_WARM_OPS;
         c->probe_left = CHOICE_PROBE_LEN + c->probe_skip;
         c->probe_n = 0;
-        c->probe_sum = 0;
         c->tried = true;
     }
     if (c->probe_left > 0) {
@@ -312,6 +314,19 @@ static bool lane_choose_grouped(hccl_lane_t *lane, hccl_lane_op_t *op, size_t by
     return grouped;
 }
 
+/* The middle two of four, averaged: a try's figure, which one outlier does not move. */
+static double median4(const double *v)
+{
+    double lo = v[0], hi = v[0], sum = 0;
+
+    for (int i = 0; i < 4; i++) {
+        sum += v[i];
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    return (sum - lo - hi) / 2;
+}
+
 /*
  * Rank 0, as it publishes op: the lane operation just before it, if of the same class, took
  * from its publication to op's. That includes whatever the caller did in between, the same for
@@ -331,13 +346,16 @@ static void choice_record(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t by
     if (last->probe && c->probe_skip > 0) {
         c->probe_skip--;
     } else if (last->probe) {
-        c->probe_sum += sample;
+        c->probe[c->probe_n] = sample;
         if (++c->probe_n == CHOICE_PROBE_LEN) {
-            *f = c->probe_sum / CHOICE_PROBE_LEN;
-            c->probe_sum = 0;
+            *f = median4(c->probe);
             c->probe_n = 0;
         }
     } else if (last->warm) {
+        /* One call in a hundred takes 10-20x the others (a rank that lost its turn on a
+         * shared CPU): clipped, so that one does not swing the choice. */
+        if (*f != 0 && sample > 2 * *f)
+            sample = 2 * *f;
         *f = *f == 0 ? sample : *f + (sample - *f) / 8;
     }
 }
