@@ -17,7 +17,7 @@
 #define CHOICE_PROBE_NS (50 * 1000 * 1000)
 #define CHOICE_MARGIN 0.9
 /* Above this the grouped way's extra pass over the data costs more than it saves (measured:
- * 0.83-0.96x at 4-16 MiB, whether copies between the CPUs are slow or not). */
+ * 0.78-0.96x at 4-16 MiB, whether copies between the CPUs are slow or not). */
 #define CHOICE_GROUPED_MAX (2u << 20)
 
 /*
