@@ -175,8 +175,9 @@ static void test_stale_segment_reclaimed(void **state)
     fd = shm_open(live_name, O_RDWR | O_CREAT | O_EXCL, 0600);
     assert_true(fd >= 0);
     close(fd);
-    assert_true(segment_exists(dead_name));
-    assert_true(hccl_shm_reclaim_stale() >= 1);
+    /* Another test's shm set-up, run beside this one (ctest -j), may reclaim it first: what
+     * counts is that it is gone after ours, not which of us removed it. */
+    hccl_shm_reclaim_stale();
     assert_false(segment_exists(dead_name));
     assert_true(segment_exists(live_name)); /* ours: we are alive */
     shm_unlink(live_name);
