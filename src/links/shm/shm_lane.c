@@ -128,17 +128,28 @@ void *hccl_shm_lane_part(void *shm_ctx, int rank, uint64_t lseq)
     return lane_slot(shm_ctx, rank, lseq)->part;
 }
 
+/* A slot's part flags (part_seq, gpart_seq): set to 1 + lseq by the owner, seen by peers. */
+static void lane_flag_publish(shm_ctx_t *ctx, _Atomic uint64_t *flag, uint64_t lseq)
+{
+    atomic_store_explicit(flag, lseq + 1, memory_order_release);
+    lane_ring_sleepers(ctx);
+}
+
+static bool lane_flag_is(_Atomic uint64_t *flag, uint64_t lseq)
+{
+    return atomic_load_explicit(flag, memory_order_acquire) == lseq + 1;
+}
+
 void hccl_shm_lane_publish_part(void *shm_ctx, uint64_t lseq)
 {
     shm_ctx_t *ctx = shm_ctx;
 
-    atomic_store_explicit(&lane_slot(ctx, ctx->env->rank, lseq)->part_seq, lseq + 1, memory_order_release);
-    lane_ring_sleepers(ctx);
+    lane_flag_publish(ctx, &lane_slot(ctx, ctx->env->rank, lseq)->part_seq, lseq);
 }
 
 bool hccl_shm_lane_part_published(void *shm_ctx, int rank, uint64_t lseq)
 {
-    return atomic_load_explicit(&lane_slot(shm_ctx, rank, lseq)->part_seq, memory_order_acquire) == lseq + 1;
+    return lane_flag_is(&lane_slot(shm_ctx, rank, lseq)->part_seq, lseq);
 }
 
 static shm_seg_hdr_t *rank0_hdr(shm_ctx_t *ctx)
@@ -161,13 +172,12 @@ void hccl_shm_lane_publish_gpart(void *shm_ctx, uint64_t lseq)
 {
     shm_ctx_t *ctx = shm_ctx;
 
-    atomic_store_explicit(&lane_slot(ctx, ctx->env->rank, lseq)->gpart_seq, lseq + 1, memory_order_release);
-    lane_ring_sleepers(ctx);
+    lane_flag_publish(ctx, &lane_slot(ctx, ctx->env->rank, lseq)->gpart_seq, lseq);
 }
 
 bool hccl_shm_lane_gpart_published(void *shm_ctx, int rank, uint64_t lseq)
 {
-    return atomic_load_explicit(&lane_slot(shm_ctx, rank, lseq)->gpart_seq, memory_order_acquire) == lseq + 1;
+    return lane_flag_is(&lane_slot(shm_ctx, rank, lseq)->gpart_seq, lseq);
 }
 
 bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *coll_seq, uint32_t *sig)
