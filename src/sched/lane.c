@@ -306,7 +306,6 @@ static bool lane_choose_grouped(hccl_lane_t *lane, hccl_lane_op_t *op, size_t by
         lane_choice_t *c = &lane->choice[cls];
         bool probe, next;
         op->probe = c->next_probe;
-        lane->last.warm = c->decided >= CHOICE_WARM_OPS;
         next = choice_next(c, lane->limits.choice_ns ? lane->limits.choice_ns : CHOICE_PROBE_NS, &probe);
         c->next_probe = probe;
         hccl_shm_lane_set_mode(lane->shm, cls, (op->lseq + 1) << 2 | (uint64_t)grouped << 1 | next);
@@ -367,19 +366,18 @@ static void lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
 
     op->lseq = lane->next_lseq++;
     op->timed = op->split && op->coll == HCCL_COLL_ALLREDUCE && lane->ngroups && bytes <= CHOICE_GROUPED_MAX;
-    if (lane->choice) {
-        int64_t now = hccl_now_ns();
-        if (op->timed)
+    if (op->timed) {
+        int64_t now = lane->choice ? hccl_now_ns() : 0; /* rank 0 alone times */
+        if (lane->choice)
             choice_record(lane, op, bytes, now);
-        lane->last.timed = op->timed;
-        lane->last.lseq = op->lseq;
-        lane->last.bytes = bytes;
-        lane->last.published_ns = now;
-    }
-    if (op->timed)
         op->grouped = lane_choose_grouped(lane, op, bytes);
-    lane->last.grouped = op->grouped;
-    lane->last.probe = op->probe;
+        if (lane->choice)
+            lane->last = (lane_last_t){.timed = true, .grouped = op->grouped, .probe = op->probe,
+                                       .warm = lane->choice[mode_class(bytes)].decided > CHOICE_WARM_OPS,
+                                       .lseq = op->lseq, .bytes = bytes, .published_ns = now};
+    } else if (lane->choice) {
+        lane->last.timed = false; /* what follows it is not timed against it */
+    }
     op->direct = bytes && lane_goes_direct(lane, op, bytes);
     block = hccl_shm_lane_block(lane->shm, lane->rank, op->lseq);
     if (op->split) {
