@@ -308,6 +308,28 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     return hcclSuccess;
 }
 
+/*
+ * Collectives whose buffers, over all the ranks of this host, exceed the last-level cache
+ * store their results past it (hccl_exec_set_store_min). Measured here (busbw against plain
+ * stores, medians of 8 paired runs), 2 ranks at 16 and 64 MiB: AllReduce 1.05-1.21x and
+ * 1.13-1.27x, AllGather 1.05-1.12x and 1.23-1.24x, AlltoAll 1.05-1.12x and 1.30-1.46x; 8 ranks,
+ * AllReduce 64 MiB 1.11x; tcp, 2 ranks, AllReduce 64 MiB 1.22x. Where the buffers fit in the
+ * cache, streamed stores lose (AllReduce at 1-4 MiB: 0.55-0.9x).
+ */
+static void comm_set_store_min(struct hcclComm *comm)
+{
+    size_t llc = hccl_topo_llc_bytes();
+    int local = 0;
+
+    for (int r = 0; r < comm->nranks; r++)
+        local += comm->node_of[r] == comm->node_of[comm->rank];
+    if (llc == 0)
+        return;
+    hccl_exec_set_store_min(comm->exec, llc / (size_t)local);
+    HCCL_INFO(HCCL_SUB_INIT, "rank %d: plans over %zu B of buffers store results past the %zu B cache",
+              comm->rank, llc / (size_t)local, llc);
+}
+
 /* FNV-1a of the settings every rank must share (the rendezvous compares their text). */
 static uint64_t config_hash(const char *text)
 {
@@ -399,6 +421,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
         comm->node_of[r] = q;
     }
     hccl_tuner_set_topology(&comm->tuner, comm->node_of, nranks);
+    comm_set_store_min(comm);
     hccl_reactor_set_cores_shared(comm->reactor, hccl_topo_cores_shared(comm));
     {
         /* shm and tcp register pollers; rdma's completions reach only the progress thread. */

@@ -119,6 +119,12 @@ void hccl_free(void *p);
 /* Tests: make the n-th allocation from now fail (0: never). */
 void hccl_alloc_fail_at(long n);
 
+/* ---- stores (store.c) ---- */
+
+/* memcpy of non-overlapping memory with stores that bypass the cache (where the CPU has them):
+ * for results larger than the last-level cache. */
+void hccl_store_copy(void *dst, const void *src, size_t n);
+
 /* ---- time ---- */
 
 /* Monotonic milliseconds. */

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -63,6 +64,29 @@ static void read_first_line(const char *path, char *out, size_t len)
     if (fgets(out, (int)len, f))
         out[strcspn(out, "\n")] = '\0';
     fclose(f);
+}
+
+size_t hccl_topo_llc_bytes(void)
+{
+    size_t best = 0;
+
+    for (int i = 0; i < 16; i++) {
+        char path[96], text[32], *end;
+        unsigned long long v;
+
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        read_first_line(path, text, sizeof(text));
+        v = strtoull(text, &end, 10);
+        if (end == text)
+            continue;
+        if (*end == 'K')
+            v <<= 10;
+        else if (*end == 'M')
+            v <<= 20;
+        if (v > best)
+            best = (size_t)v;
+    }
+    return best;
 }
 
 /*

@@ -74,6 +74,9 @@ struct hccl_xfer {
      */
     void (*consume)(hccl_xfer_t *x, size_t off, const void *data, size_t len);
     size_t unit;
+    /* Receives: write buf with stores that bypass the cache (hccl_store_copy) where the link
+     * copies the payload itself: a result larger than the cache. */
+    bool store;
     /* link-private */
     hccl_xfer_t *next;
     size_t moved;           /* bytes moved when done (checked by the link tests) */

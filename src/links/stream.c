@@ -749,6 +749,25 @@ static hcclResult_t stream_rx_consume(hccl_stream_t *s, size_t *got_p)
     return hcclSuccess;
 }
 
+/* Up to want payload bytes into rx_dst: copied by the transport, or by us with stores that
+ * bypass the cache where the receive asks for them and the bytes can be seen in place. */
+static ssize_t stream_rx_read(hccl_stream_t *s, size_t want)
+{
+    const void *data;
+    ssize_t n;
+
+    if (!s->rx_xfer || !s->rx_xfer->store || !s->io->peek || s->rx_unexp)
+        return s->io->read(s, s->rx_dst, want);
+    n = s->io->peek(s, &data);
+    if (n <= 0)
+        return n;
+    if ((size_t)n > want)
+        n = (ssize_t)want;
+    hccl_store_copy(s->rx_dst, data, (size_t)n);
+    s->io->advance(s, (size_t)n);
+    return n;
+}
+
 static hcclResult_t stream_rx_budget(hccl_stream_t *s, size_t max_bytes, size_t *total_p)
 {
     size_t total = 0;
@@ -784,7 +803,7 @@ static hcclResult_t stream_rx_budget(hccl_stream_t *s, size_t max_bytes, size_t 
                 if (want > s->rx_unexp->cap - ((size_t)s->rx_unexp->f.len - s->rx_left))
                     want = s->rx_unexp->cap - ((size_t)s->rx_unexp->f.len - s->rx_left);
             }
-            n = s->io->read(s, s->rx_dst, want);
+            n = stream_rx_read(s, want);
             if (n <= 0)
                 return n < 0 ? hcclRemoteError : hcclSuccess;
             s->rx_dst += n;

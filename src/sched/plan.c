@@ -1,4 +1,5 @@
 /* The plan: a DAG of steps, built once per call shape and shared by every run of it. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched/sched.h"
@@ -188,6 +189,69 @@ static hcclResult_t plan_check_ranges(const hccl_plan_t *p, const size_t *slot_b
     return hcclSuccess;
 }
 
+typedef struct {
+    size_t key;  /* slot << 58 | offset: slots sort apart */
+    size_t end;  /* the same for the last byte + 1 */
+} plan_span_t;
+
+static int span_cmp(const void *x, const void *y)
+{
+    const plan_span_t *a = x, *b = y;
+
+    return a->key < b->key ? -1 : a->key > b->key;
+}
+
+/*
+ * Marks HCCL_STEP_FORWARDED the receives whose bytes a send of the plan reads (through RECV or
+ * SCRATCH; a send from SEND reads the caller's input): their data is read again soon, so
+ * it is not stored past the cache (exec.c). Counts the sends too.
+ */
+static hcclResult_t plan_mark_forwarded(hccl_plan_t *p)
+{
+    plan_span_t *sends = hccl_malloc(((size_t)p->nsteps + 1) * sizeof(*sends));
+    size_t n = 0;
+
+    if (!sends)
+        return HCCL_FAIL(hcclSystemError, "plan: out of memory");
+    p->nsends = 0;
+    for (uint32_t i = 0; i < p->nsteps; i++) {
+        hccl_step_t *s = &p->steps[i];
+        s->flags &= (uint8_t)~HCCL_STEP_FORWARDED;
+        if (s->kind != HCCL_STEP_SEND)
+            continue;
+        p->nsends++;
+        if (s->src.slot != HCCL_SLOT_SEND && s->bytes > 0) {
+            size_t key = (size_t)s->src.slot << 58 | s->src.off;
+            sends[n++] = (plan_span_t){key, key + s->bytes};
+        }
+    }
+    qsort(sends, n, sizeof(*sends), span_cmp);
+    /* end becomes the furthest end of the sends up to each one */
+    for (size_t k = 1; k < n; k++)
+        if (sends[k].end < sends[k - 1].end)
+            sends[k].end = sends[k - 1].end;
+    for (uint32_t i = 0; i < p->nsteps && n > 0; i++) {
+        hccl_step_t *s = &p->steps[i];
+        size_t lo = 0, hi = n, first, last;
+        if (s->kind != HCCL_STEP_RECV || s->bytes == 0)
+            continue;
+        first = (size_t)s->dst.slot << 58 | s->dst.off;
+        last = first + s->bytes;
+        /* the sends that start before our end: does the furthest of them reach past our start? */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (sends[mid].key < last)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo > 0 && sends[lo - 1].end > first)
+            s->flags |= HCCL_STEP_FORWARDED;
+    }
+    hccl_free(sends);
+    return hcclSuccess;
+}
+
 /* Kahn's algorithm over the successor lists: every step must be reachable in order. */
 static hcclResult_t plan_check_acyclic(const hccl_plan_t *p)
 {
@@ -228,6 +292,8 @@ hcclResult_t hccl_plan_finalize(hccl_plan_t *p, size_t send_bytes, size_t recv_b
     uint32_t *fill;
 
     HCCL_CHECK(plan_check_ranges(p, slot_bytes));
+    p->footprint = send_bytes + recv_bytes + p->scratch_bytes;
+    HCCL_CHECK(plan_mark_forwarded(p));
     p->succ = hccl_malloc(((size_t)p->nedges + 1) * sizeof(*p->succ));
     fill = hccl_calloc((size_t)p->nsteps + 1, sizeof(*fill));
     if (!p->succ || !fill) {

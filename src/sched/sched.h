@@ -30,6 +30,10 @@ const char *hccl_op_name(hcclRedOp_t op);
  */
 void hccl_reduce(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
                  hcclRedOp_t op);
+/* hccl_reduce (the same bits) with the results stored past the cache (hccl_store_copy): for
+ * results larger than the last-level cache. */
+void hccl_reduce_store(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
+                       hcclRedOp_t op);
 /* buf[i] /= n: the last step of hcclAvg (integers truncate). */
 void hccl_reduce_div(void *buf, size_t count, hcclDataType_t dt, int n);
 float hccl_half_to_float(uint16_t h);
@@ -72,6 +76,7 @@ typedef struct {
 } hccl_bref_t;
 
 #define HCCL_STEP_FINAL_DIV 1u /* reduce or copy: divide the result by nranks (hcclAvg) */
+#define HCCL_STEP_FORWARDED 2u /* recv: a send of the plan reads what it wrote (set by finalize) */
 
 typedef struct hccl_step {
     uint8_t kind;          /* hccl_step_kind_t */
@@ -101,6 +106,8 @@ typedef struct hccl_plan {
     hcclDataType_t dtype;
     hcclRedOp_t op;
     const char *algo;      /* static name of the generator */
+    size_t footprint;      /* bytes of send, receive and scratch buffers, set by finalize */
+    uint32_t nsends;       /* send steps, set by finalize */
     bool final;
     atomic_int refs;
 } hccl_plan_t;
@@ -207,6 +214,12 @@ void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *
  * without recv_consume never get one).
  */
 void hccl_exec_set_recv_reduce(hccl_exec_t *ex, bool on);
+/*
+ * Runs of plans whose buffers (send, receive and scratch: hccl_plan_t.footprint) exceed bytes
+ * write their results with stores that bypass the cache (hccl_store_copy, hccl_reduce_store):
+ * what no longer fits in the cache is not read before it is overwritten. 0 (the default): never.
+ */
+void hccl_exec_set_store_min(hccl_exec_t *ex, size_t bytes);
 /* How many receives were reduced that way so far (tests, diagnostics). */
 uint64_t hccl_exec_fused_recvs(const hccl_exec_t *ex);
 /* Ends every run in flight with res/msg (their link operations are the caller's to cancel). */

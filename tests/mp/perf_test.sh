@@ -9,6 +9,12 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
   || fail "all collectives, half avg, 3 ranks"
 "$run" -n 2 --timeout 120 "$perf" -C all -b 64 -e 64K -f 32 -n 2 -w 1 -d int8 -o max -z 1 -N 3 \
   || fail "blocking, 3 in flight"
+# Buffers larger than the last-level cache (32 MiB here): results are stored past it, in
+# every collective; the receives a rank sends on (3 ranks) keep plain stores.
+"$run" -n 2 --timeout 120 "$perf" -C all -s 48M -n 1 -w 1 -p both \
+  || fail "all collectives, 48 MiB, 2 ranks"
+"$run" -n 3 --timeout 120 "$perf" -C all -s 40M -n 1 -w 1 -d double -o avg -p oop \
+  || fail "all collectives, 40 MiB, 3 ranks, double avg"
 
 csv=$("$run" -n 4 --timeout 120 "$perf" -C reducescatter -b 1K -e 4K -f 2 -n 2 -o prod -d int64 --csv -p oop)
 [[ $(head -1 <<<"$csv") == collective,size,count,type,redop,root,placement,time_us,algbw,busbw,wrong,nranks,algo ]] \

@@ -17,6 +17,13 @@ static void on_done(hccl_run_t *run, hcclResult_t res, const char *msg, void *ar
     st->res = res;
 }
 
+static size_t store_min;
+
+void sim_run_set_store_min(size_t bytes)
+{
+    store_min = bytes;
+}
+
 hcclResult_t sim_run_plans(int n, hccl_plan_t **plans, void **sendbufs, void **recvbufs,
                            sim_result_t *out)
 {
@@ -32,8 +39,11 @@ hcclResult_t sim_run_plans(int n, hccl_plan_t **plans, void **sendbufs, void **r
     memset(st, 0, sizeof(st));
     if (hccl_reactor_create(NULL, -1, &r) || hccl_sim_world_create(r, n, &w))
         return hcclSystemError;
-    for (int i = 0; i < n && res == hcclSuccess; i++)
+    for (int i = 0; i < n && res == hcclSuccess; i++) {
         res = hccl_exec_create(r, i, n, hccl_sim_world_conns(w, i), &ex[i]);
+        if (res == hcclSuccess)
+            hccl_exec_set_store_min(ex[i], store_min);
+    }
     for (int i = 0; i < n && res == hcclSuccess; i++)
         res = hccl_exec_start(ex[i], plans[i], 7, sendbufs[i], recvbufs[i], on_done, &st[i], NULL);
     /* The sim link completes everything through the post queue: once it is empty and runs

@@ -19,6 +19,10 @@ typedef struct {
 hcclResult_t sim_run_allreduce(hccl_algo_t algo, int n, const hccl_coll_shape_t *shape,
                                void **sendbufs, void **recvbufs, sim_result_t *out);
 
+/* Executors that sim_run_plans makes from now on store results past the cache in runs of plans
+ * over bytes (hccl_exec_set_store_min; 0, the default: never). */
+void sim_run_set_store_min(size_t bytes);
+
 /*
  * Runs prebuilt plans (plans[r] for rank r, not released) over the sim link with the given
  * buffers; out (may be NULL) gets each rank's result and bytes sent. hcclInProgress means the

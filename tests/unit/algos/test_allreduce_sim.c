@@ -158,6 +158,66 @@ static void test_ring_large(void **state)
     check_allreduce(HCCL_ALGO_RING, 8, (1u << 20), hcclInt32, hcclSum, true);
 }
 
+/* Results stored past the cache (every run of a plan, in every executor): the same bits as
+ * stored as usual, for the reductions that stream (fp32, fp64 sum and avg) and the others. */
+static void check_store_same(hccl_algo_t algo, int n, size_t count, hcclDataType_t dt, hcclRedOp_t op,
+                             bool in_place)
+{
+    size_t esz = hccl_dtype_size(dt);
+    void *send[64], *recv[64], *want[64];
+    hccl_coll_shape_t shape = {HCCL_COLL_ALLREDUCE, count, dt, op, 0, NULL};
+    sim_result_t out;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (int r = 0; r < n; r++) {
+            send[r] = malloc(count * esz + 16);
+            recv[r] = in_place ? send[r] : malloc(count * esz + 16);
+            for (size_t i = 0; i < count; i++)
+                ref_store(send[r], i, dt, ref_input(dt, op, r, i, 99));
+        }
+        sim_run_set_store_min(pass == 0 ? 0 : 1);
+        assert_int_equal(sim_run_allreduce(algo, n, &shape, send, recv, &out), hcclSuccess);
+        for (int r = 0; r < n; r++) {
+            if (pass == 0) {
+                want[r] = recv[r];
+            } else {
+                if (memcmp(recv[r], want[r], count * esz) != 0)
+                    fail_msg("%s n=%d count=%zu %s %s %s: rank %d differs when stored past the cache",
+                             hccl_algo_name(algo), n, count, hccl_dtype_name(dt), hccl_op_name(op),
+                             in_place ? "in-place" : "out-of-place", r);
+                free(want[r]);
+                free(recv[r]);
+            }
+            if (!in_place)
+                free(send[r]);
+        }
+    }
+    sim_run_set_store_min(0);
+}
+
+static void test_store_past_cache(void **state)
+{
+    static const hccl_algo_t algos[] = {HCCL_ALGO_RING, HCCL_ALGO_RECDBL, HCCL_ALGO_RABENSEIFNER,
+                                        HCCL_ALGO_TREE};
+    static const int ns[] = {2, 3, 4, 5, 8};
+    static const hcclDataType_t dts[] = {hcclFloat32, hcclFloat64, hcclInt32, hcclBfloat16};
+    static const hcclRedOp_t ops[] = {hcclSum, hcclAvg, hcclMax};
+
+    (void)state;
+    for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++)
+        for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++)
+            for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+                for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+                    size_t count = 20011 + (size_t)k;
+                    check_store_same(algos[a], ns[k], count, dts[d], ops[o], (d + o) % 2 == 0);
+                }
+    /* And against the reference, at a size where streamed bodies, heads and tails all occur. */
+    sim_run_set_store_min(1);
+    check_allreduce(HCCL_ALGO_RING, 3, 100003, hcclFloat32, hcclSum, false);
+    check_allreduce(HCCL_ALGO_RECDBL, 4, 100003, hcclFloat64, hcclAvg, true);
+    sim_run_set_store_min(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_recdbl),
         cmocka_unit_test(test_recdbl_bytes),
         cmocka_unit_test(test_ring_large),
+        cmocka_unit_test(test_store_past_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,6 +141,41 @@ static void test_finalize_successors(void **state)
     hccl_plan_release(p);
 }
 
+/*
+ * finalize marks the receives a send reads again (same slot, overlapping bytes; never through
+ * SEND), sets the footprint (send + recv + scratch) and counts the sends.
+ */
+static void test_finalize_forwarded(void **state)
+{
+    hccl_plan_t *p = new_plan(0, 3);
+    uint32_t r[6], sid;
+
+    (void)state;
+    /* Received into RECV 0..16, 16..32, 32..48, 48..64; SCRATCH 0..16 and 16..32. */
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(hccl_plan_recv(p, 1, i, hccl_bref(HCCL_SLOT_RECV, 16 * i), 16, &r[i]), hcclSuccess);
+    assert_int_equal(hccl_plan_recv(p, 1, 4, hccl_bref(HCCL_SLOT_SCRATCH, 0), 16, &r[4]), hcclSuccess);
+    assert_int_equal(hccl_plan_recv(p, 1, 5, hccl_bref(HCCL_SLOT_SCRATCH, 16), 16, &r[5]), hcclSuccess);
+    /* Sent on: RECV 20..24 (inside the second), SCRATCH 15..17 (the edges of both), and SEND
+     * 0..64, which is the caller's input whatever the offsets. */
+    assert_int_equal(hccl_plan_send(p, 2, 0, hccl_bref(HCCL_SLOT_RECV, 20), 4, &sid), hcclSuccess);
+    assert_int_equal(hccl_plan_send(p, 2, 1, hccl_bref(HCCL_SLOT_SCRATCH, 15), 2, &sid), hcclSuccess);
+    assert_int_equal(hccl_plan_send(p, 2, 2, hccl_bref(HCCL_SLOT_SEND, 0), 64, &sid), hcclSuccess);
+    /* A long send ending just before the fourth: RECV 0..48 would cover the first three. */
+    assert_int_equal(hccl_plan_send(p, 2, 3, hccl_bref(HCCL_SLOT_RECV, 40), 8, &sid), hcclSuccess);
+    p->scratch_bytes = 32;
+    assert_int_equal(hccl_plan_finalize(p, 64, 64), hcclSuccess);
+    assert_int_equal(p->footprint, 64 + 64 + 32);
+    assert_int_equal(p->nsends, 4);
+    assert_false(p->steps[r[0]].flags & HCCL_STEP_FORWARDED);
+    assert_true(p->steps[r[1]].flags & HCCL_STEP_FORWARDED);
+    assert_true(p->steps[r[2]].flags & HCCL_STEP_FORWARDED);
+    assert_false(p->steps[r[3]].flags & HCCL_STEP_FORWARDED);
+    assert_true(p->steps[r[4]].flags & HCCL_STEP_FORWARDED);
+    assert_true(p->steps[r[5]].flags & HCCL_STEP_FORWARDED);
+    hccl_plan_release(p);
+}
+
 static void test_finalize_many_steps(void **state)
 {
     /* A chain longer than the initial capacities (64 steps, 128 edges) grows them. */
@@ -931,6 +966,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_finalize_successors),
         cmocka_unit_test(test_finalize_many_steps),
+        cmocka_unit_test(test_finalize_forwarded),
         cmocka_unit_test(test_finalize_rejects_cycle),
         cmocka_unit_test(test_finalize_rejects_ranges),
         cmocka_unit_test(test_finalize_rejects_writes_to_send),
