@@ -358,6 +358,9 @@ static void fill(perf_t *p, int coll, int in_place, const shape_t *s, int k)
     size_t i;
 
     buffers(p, coll, in_place, s, k, &sb, &rb);
+    /* Out of place, what an earlier call left in the receive buffer must not pass the check. */
+    if (!in_place && coll != C_BROADCAST)
+        memset(rb, 0xa5, s->recv_elems * p->o->dt->size);
     switch (coll) {
     case C_ALLREDUCE:
     case C_REDUCE:

@@ -318,16 +318,17 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
  */
 static void comm_set_store_min(struct hcclComm *comm)
 {
-    size_t llc = hccl_topo_llc_bytes();
+    size_t llc = hccl_topo_llc_bytes(), min = comm->params.store_min;
     int local = 0;
 
     for (int r = 0; r < comm->nranks; r++)
         local += comm->node_of[r] == comm->node_of[comm->rank];
-    if (llc == 0)
-        return;
-    hccl_exec_set_store_min(comm->exec, llc / (size_t)local);
-    HCCL_INFO(HCCL_SUB_INIT, "rank %d: plans over %zu B of buffers store results past the %zu B cache",
-              comm->rank, llc / (size_t)local, llc);
+    if (min == SIZE_MAX)
+        min = llc / (size_t)local; /* 0 where sysfs lists no cache: never */
+    hccl_exec_set_store_min(comm->exec, min);
+    if (min)
+        HCCL_INFO(HCCL_SUB_INIT, "rank %d: plans over %zu B of buffers store results past the cache "
+                  "(%zu B, %d ranks on this host)", comm->rank, min, llc, local);
 }
 
 /* FNV-1a of the settings every rank must share (the rendezvous compares their text). */

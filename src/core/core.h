@@ -162,6 +162,8 @@ typedef struct hccl_params {
     size_t shm_pull_max;             /* shm: offers up to this are pulled through the ring */
     size_t tcp_offer_min;            /* tcp: messages of at least this wait for a PULL */
     bool recv_reduce;                /* a receive feeding a reduce reduces as it arrives */
+    size_t store_min;                /* HCCL_STORE_MIN: see hccl_exec_set_store_min; SIZE_MAX:
+                                      * from the last-level cache */
     size_t lane_max;                 /* HCCL_LANE_MAX: AllReduces up to this take the shm lane;
                                         SIZE_MAX: chosen by the communicator */
     char host_id[HCCL_NAME_STRLEN];  /* HCCL_HOST_ID override of host identity, "" = detect */

@@ -20,7 +20,7 @@ static const char *const known_vars[] = {
     "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
     "HCCL_REDUCE_ISA",   "HCCL_RECV_REDUCE",   "HCCL_SHM_PULL_MAX", "HCCL_LANE_MAX",
     "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",  "HCCL_TCP_OFFER_MIN",
-    "HCCL_IB_HCA",       "HCCL_IB_GID_INDEX",
+    "HCCL_IB_HCA",       "HCCL_IB_GID_INDEX",  "HCCL_STORE_MIN",
 };
 
 /* Names of the API that this version does not act on yet: setting one warns instead of
@@ -194,6 +194,8 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     p->tcp_offer_min = (size_t)hccl_param_env_long("HCCL_TCP_OFFER_MIN", HCCL_DEFAULT_TCP_OFFER_MIN);
     if (p->tcp_offer_min == 0)
         p->tcp_offer_min = SIZE_MAX; /* 0: every message is sent at once */
+    /* unset: from the cache size (comm.c); 0: never */
+    p->store_min = getenv("HCCL_STORE_MIN") ? (size_t)hccl_param_env_long("HCCL_STORE_MIN", 0) : SIZE_MAX;
     p->lane_max = getenv("HCCL_LANE_MAX") ? (size_t)hccl_param_env_long("HCCL_LANE_MAX", 0)
                                           : (size_t)HCCL_DEFAULT_LANE_MAX;
     /* HCCL_FAULT aims at plan steps: with faults to inject, collectives take plans unless the
@@ -227,9 +229,9 @@ hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config)
     HCCL_INFO(HCCL_SUB_INIT,
               "params: connect timeout %d ms, exec timeout %d ms, algo '%s', buffsize %zu B, "
               "links '%s', ifname '%s', cma threshold %zu B, shm pull max %zu B, tcp offer min %zd B, "
-              "recv reduce %d, lane max %zd B",
+              "recv reduce %d, lane max %zd B, store min %zd B",
               p->connect_timeout_ms, p->exec_timeout_ms, p->algo, p->buffsize, p->links, p->ifname,
               p->cma_threshold, p->shm_pull_max, (ssize_t)p->tcp_offer_min, (int)p->recv_reduce,
-              (ssize_t)p->lane_max);
+              (ssize_t)p->lane_max, (ssize_t)p->store_min);
     return hcclSuccess;
 }

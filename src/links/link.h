@@ -74,8 +74,9 @@ struct hccl_xfer {
      */
     void (*consume)(hccl_xfer_t *x, size_t off, const void *data, size_t len);
     size_t unit;
-    /* Receives: write buf with stores that bypass the cache (hccl_store_copy) where the link
-     * copies the payload itself: a result larger than the cache. */
+    /* Receives: a result larger than the cache. Links whose copy out of their wire is their
+     * own (the shm ring, sim) write buf with stores that bypass the cache (hccl_store_copy);
+     * the kernel's copies (tcp, single-copy reads) and held messages do as before. */
     bool store;
     /* link-private */
     hccl_xfer_t *next;
@@ -245,5 +246,7 @@ void hccl_sim_world_destroy(hccl_sim_world_t *w);
 hccl_conn_t **hccl_sim_world_conns(hccl_sim_world_t *w, int rank);
 /* Bytes rank has sent so far. */
 uint64_t hccl_sim_bytes_sent(const hccl_sim_world_t *w, int rank);
+/* Bytes rank has received so far into receives with xfer.store (copied with hccl_store_copy). */
+uint64_t hccl_sim_bytes_stored(const hccl_sim_world_t *w, int rank);
 
 #endif /* HCCL_LINK_H */

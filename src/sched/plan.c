@@ -190,8 +190,8 @@ static hcclResult_t plan_check_ranges(const hccl_plan_t *p, const size_t *slot_b
 }
 
 typedef struct {
-    size_t key;  /* slot << 58 | offset: slots sort apart */
-    size_t end;  /* the same for the last byte + 1 */
+    uint64_t key;  /* slot << 58 | offset (checked against the slot sizes): slots sort apart */
+    uint64_t end;  /* the same for the last byte + 1 */
 } plan_span_t;
 
 static int span_cmp(const void *x, const void *y)
@@ -212,7 +212,7 @@ static hcclResult_t plan_mark_forwarded(hccl_plan_t *p)
     size_t n = 0;
 
     if (!sends)
-        return HCCL_FAIL(hcclSystemError, "plan: out of memory");
+        return HCCL_FAIL(hcclSystemError, "plan %s: out of memory for %u steps", p->algo, p->nsteps);
     p->nsends = 0;
     for (uint32_t i = 0; i < p->nsteps; i++) {
         hccl_step_t *s = &p->steps[i];
@@ -221,7 +221,7 @@ static hcclResult_t plan_mark_forwarded(hccl_plan_t *p)
             continue;
         p->nsends++;
         if (s->src.slot != HCCL_SLOT_SEND && s->bytes > 0) {
-            size_t key = (size_t)s->src.slot << 58 | s->src.off;
+            uint64_t key = (uint64_t)s->src.slot << 58 | s->src.off;
             sends[n++] = (plan_span_t){key, key + s->bytes};
         }
     }
@@ -232,10 +232,11 @@ static hcclResult_t plan_mark_forwarded(hccl_plan_t *p)
             sends[k].end = sends[k - 1].end;
     for (uint32_t i = 0; i < p->nsteps && n > 0; i++) {
         hccl_step_t *s = &p->steps[i];
-        size_t lo = 0, hi = n, first, last;
+        size_t lo = 0, hi = n;
+        uint64_t first, last;
         if (s->kind != HCCL_STEP_RECV || s->bytes == 0)
             continue;
-        first = (size_t)s->dst.slot << 58 | s->dst.off;
+        first = (uint64_t)s->dst.slot << 58 | s->dst.off;
         last = first + s->bytes;
         /* the sends that start before our end: does the furthest of them reach past our start? */
         while (lo < hi) {
@@ -292,7 +293,8 @@ hcclResult_t hccl_plan_finalize(hccl_plan_t *p, size_t send_bytes, size_t recv_b
     uint32_t *fill;
 
     HCCL_CHECK(plan_check_ranges(p, slot_bytes));
-    p->footprint = send_bytes + recv_bytes + p->scratch_bytes;
+    p->send_bytes = send_bytes;
+    p->recv_bytes = recv_bytes;
     HCCL_CHECK(plan_mark_forwarded(p));
     p->succ = hccl_malloc(((size_t)p->nedges + 1) * sizeof(*p->succ));
     fill = hccl_calloc((size_t)p->nsteps + 1, sizeof(*fill));

@@ -8,7 +8,8 @@
  *
  * The bits are hccl_reduce's: an addition of two finite or infinite values has one IEEE
  * result, and a group of elements with a NaN among its inputs goes to hccl_reduce, whose
- * compiled loop decides which NaN comes out.
+ * compiled loop decides which NaN comes out (where both are NaN, the compiler's operand order;
+ * test_reduce_store checks payloads against the whole-buffer call).
  */
 #include <string.h>
 

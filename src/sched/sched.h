@@ -30,8 +30,8 @@ const char *hccl_op_name(hcclRedOp_t op);
  */
 void hccl_reduce(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
                  hcclRedOp_t op);
-/* hccl_reduce (the same bits) with the results stored past the cache (hccl_store_copy): for
- * results larger than the last-level cache. */
+/* hccl_reduce (the same bits; see reduce_store.c for NaN payloads) with the results stored past
+ * the cache, as hccl_store_copy does: for results larger than the last-level cache. */
 void hccl_reduce_store(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
                        hcclRedOp_t op);
 /* buf[i] /= n: the last step of hcclAvg (integers truncate). */
@@ -106,7 +106,8 @@ typedef struct hccl_plan {
     hcclDataType_t dtype;
     hcclRedOp_t op;
     const char *algo;      /* static name of the generator */
-    size_t footprint;      /* bytes of send, receive and scratch buffers, set by finalize */
+    size_t send_bytes;     /* the send and receive buffers' sizes, set by finalize */
+    size_t recv_bytes;
     uint32_t nsends;       /* send steps, set by finalize */
     bool final;
     atomic_int refs;
@@ -146,7 +147,8 @@ hcclResult_t hccl_plan_embed(hccl_plan_t *p, const hccl_plan_t *sub, const hccl_
                              uint32_t *first_p);
 /* after may start only once before has completed. */
 hcclResult_t hccl_plan_dep(hccl_plan_t *p, uint32_t before, uint32_t after);
-/* Builds the successor lists, checks the plan (ranges against slot sizes, acyclic). */
+/* Builds the successor lists, checks the plan (ranges against slot sizes, acyclic), and sets
+ * send_bytes, recv_bytes, nsends and the HCCL_STEP_FORWARDED marks. */
 hcclResult_t hccl_plan_finalize(hccl_plan_t *p, size_t send_bytes, size_t recv_bytes);
 static inline hccl_bref_t hccl_bref(hccl_slot_t slot, size_t off)
 {
@@ -215,9 +217,13 @@ void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *
  */
 void hccl_exec_set_recv_reduce(hccl_exec_t *ex, bool on);
 /*
- * Runs of plans whose buffers (send, receive and scratch: hccl_plan_t.footprint) exceed bytes
- * write their results with stores that bypass the cache (hccl_store_copy, hccl_reduce_store):
- * what no longer fits in the cache is not read before it is overwritten. 0 (the default): never.
+ * Runs whose buffers (send, receive, scratch; the send buffer not counted in place) exceed
+ * bytes write their results with stores that bypass the cache (hccl_store_copy,
+ * hccl_reduce_store): what no longer fits in the cache is not read before it is overwritten.
+ * So do their reduces and copies (not the last of hcclAvg, which divides the result in place
+ * next) and the receives the link copies out of its wire itself (xfer.store), except those a
+ * send of the plan reads again (HCCL_STEP_FORWARDED) and those of a plan without sends. 0 (the
+ * default): never.
  */
 void hccl_exec_set_store_min(hccl_exec_t *ex, size_t bytes);
 /* How many receives were reduced that way so far (tests, diagnostics). */

@@ -9,12 +9,17 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
   || fail "all collectives, half avg, 3 ranks"
 "$run" -n 2 --timeout 120 "$perf" -C all -b 64 -e 64K -f 32 -n 2 -w 1 -d int8 -o max -z 1 -N 3 \
   || fail "blocking, 3 in flight"
-# Buffers larger than the last-level cache (32 MiB here): results are stored past it, in
-# every collective; the receives a rank sends on (3 ranks) keep plain stores.
-"$run" -n 2 --timeout 120 "$perf" -C all -s 48M -n 1 -w 1 -p both \
-  || fail "all collectives, 48 MiB, 2 ranks"
-"$run" -n 3 --timeout 120 "$perf" -C all -s 40M -n 1 -w 1 -d double -o avg -p oop \
-  || fail "all collectives, 40 MiB, 3 ranks, double avg"
+# Results stored past the cache: every plan with HCCL_STORE_MIN=1 (whatever the machine's
+# cache; plans only), at sizes whose streamed bodies have heads and tails; 3 ranks send some
+# receives on.
+# And once at 48 MiB with the threshold from the cache (32 MiB here: 2 ranks stream from 16).
+for args in "2 float sum" "3 double avg" "3 float max"; do
+  read -r n dt op <<<"$args"
+  log=$(HCCL_STORE_MIN=1 HCCL_LANE_MAX=0 HCCL_DEBUG=INFO "$run" -n "$n" --timeout 120 "$perf" -C all -b 1000 -e 3M \
+        -f 47 -n 1 -w 1 -p both -d "$dt" -o "$op" 2>&1) || fail "stored past the cache ($args): $log"
+  grep -q "store results past the cache" <<<"$log" || fail "HCCL_STORE_MIN=1 did not turn the stores on ($args)"
+done
+"$run" -n 2 --timeout 120 "$perf" -C all -s 48M -n 1 -w 1 -p both || fail "all collectives, 48 MiB, 2 ranks"
 
 csv=$("$run" -n 4 --timeout 120 "$perf" -C reducescatter -b 1K -e 4K -f 2 -n 2 -o prod -d int64 --csv -p oop)
 [[ $(head -1 <<<"$csv") == collective,size,count,type,redop,root,placement,time_us,algbw,busbw,wrong,nranks,algo ]] \

@@ -10,6 +10,7 @@
 typedef struct {
     hcclResult_t res[64];
     uint64_t bytes_sent[64];
+    uint64_t bytes_stored[64]; /* hccl_sim_bytes_stored */
 } sim_result_t;
 
 /*

@@ -12,6 +12,7 @@ typedef struct sim_rank {
     hccl_xfer_queue_t *recvs_from; /* [nranks]: recvs posted by this rank, unmatched */
     hccl_conn_t **conns;         /* [nranks] */
     uint64_t bytes_sent;
+    uint64_t bytes_stored;       /* received by receives that asked for stores past the cache */
 } sim_rank_t;
 
 struct hccl_sim_world {
@@ -47,7 +48,12 @@ static void sim_match(hccl_sim_world_t *w, hccl_xfer_t *s, hccl_xfer_t *r, int f
                        s->len - off < piece ? s->len - off : piece);
         w->ranks[from].bytes_sent += s->len;
     } else if (s->len) {
-        memcpy(r->buf, s->buf, s->len);
+        if (r->store) {
+            hccl_store_copy(r->buf, s->buf, s->len);
+            w->ranks[s->peer].bytes_stored += s->len;
+        } else {
+            memcpy(r->buf, s->buf, s->len);
+        }
         w->ranks[from].bytes_sent += s->len;
     }
     s->moved = r->moved = s->len;
@@ -164,4 +170,9 @@ hccl_conn_t **hccl_sim_world_conns(hccl_sim_world_t *w, int rank)
 uint64_t hccl_sim_bytes_sent(const hccl_sim_world_t *w, int rank)
 {
     return w->ranks[rank].bytes_sent;
+}
+
+uint64_t hccl_sim_bytes_stored(const hccl_sim_world_t *w, int rank)
+{
+    return w->ranks[rank].bytes_stored;
 }

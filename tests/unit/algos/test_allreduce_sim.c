@@ -218,6 +218,70 @@ static void test_store_past_cache(void **state)
     sim_run_set_store_min(0);
 }
 
+/* Runs shape on n ranks (recv of n * count elements, in place if asked) with store_min; out. */
+static void run_stored(hccl_algo_t algo, int n, hccl_coll_shape_t shape, size_t recv_count, bool in_place,
+                       size_t store_min, sim_result_t *out)
+{
+    size_t esz = hccl_dtype_size(shape.dtype);
+    void *send[8], *recv[8];
+
+    for (int r = 0; r < n; r++) {
+        recv[r] = calloc(recv_count, esz);
+        send[r] = in_place ? (char *)recv[r] + (shape.coll == HCCL_COLL_ALLGATHER ? r * shape.count * esz : 0)
+                           : calloc(shape.count, esz);
+    }
+    sim_run_set_store_min(store_min);
+    assert_int_equal(sim_run_allreduce(algo, n, &shape, send, recv, out), hcclSuccess);
+    sim_run_set_store_min(0);
+    for (int r = 0; r < n; r++) {
+        if (!in_place)
+            free(send[r]);
+        free(recv[r]);
+    }
+}
+
+/*
+ * Which receives stream: those whose bytes are final (AllGather at 2 ranks, the last step of its
+ * ring at 3, the all-gather half of a 2-rank ring AllReduce), not those sent on (the first step
+ * at 3 ranks), not where a rank only receives (Broadcast), not under the threshold, where the
+ * send buffer in place is counted once.
+ */
+static void test_store_which_receives(void **state)
+{
+    const size_t c = 3000, esz = sizeof(float);
+    hccl_coll_shape_t ag = {HCCL_COLL_ALLGATHER, c, hcclFloat32, hcclSum, 0, NULL};
+    hccl_coll_shape_t ar = {HCCL_COLL_ALLREDUCE, 2 * c, hcclFloat32, hcclSum, 0, NULL};
+    hccl_coll_shape_t bc = {HCCL_COLL_BROADCAST, c, hcclFloat32, hcclSum, 0, NULL};
+    sim_result_t out;
+
+    (void)state;
+    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 1, &out);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(out.bytes_stored[r], c * esz);
+    run_stored(HCCL_ALGO_RING, 3, ag, 3 * c, false, 1, &out);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(out.bytes_stored[r], c * esz); /* of the two blocks received, the last */
+    run_stored(HCCL_ALGO_RING, 2, ar, 2 * c, false, 1, &out);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(out.bytes_stored[r], c * esz); /* the other rank's half, reduced there */
+    run_stored(HCCL_ALGO_TREE, 2, bc, c, false, 1, &out);
+    assert_int_equal(out.bytes_stored[0] + out.bytes_stored[1], 0);
+    /* Over the threshold only with the send buffer counted: out of place, not in place. */
+    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 2 * c * esz, &out);
+    assert_int_equal(out.bytes_stored[0], c * esz);
+    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, true, 2 * c * esz, &out);
+    assert_int_equal(out.bytes_stored[0] + out.bytes_stored[1], 0);
+    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 0, &out);
+    assert_int_equal(out.bytes_stored[0] + out.bytes_stored[1], 0);
+}
+
+static int reset_store_min(void **state)
+{
+    (void)state;
+    sim_run_set_store_min(0);
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -225,7 +289,8 @@ int main(void)
         cmocka_unit_test(test_recdbl),
         cmocka_unit_test(test_recdbl_bytes),
         cmocka_unit_test(test_ring_large),
-        cmocka_unit_test(test_store_past_cache),
+        cmocka_unit_test_teardown(test_store_past_cache, reset_store_min),
+        cmocka_unit_test_teardown(test_store_which_receives, reset_store_min),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,7 +37,7 @@ typedef struct {
     int rndv_reads;     /* single-copy reads done */
     size_t peek_max;    /* peek shows at most this many bytes (odd: units split at its edge) */
     size_t peek_skew;   /* peek shows them this many bytes past an aligned address */
-    _Alignas(16) char peeked[80]; /* what peek last showed, still in the socket */
+    _Alignas(16) char peeked[4096 + 16]; /* what peek last showed, still in the socket */
     bool closed;        /* the caller stopped driving this end */
     bool graceful;      /* rx failed after the peer's BYE: taken as a clean close */
     hcclResult_t err;   /* first failure seen by the pump */
@@ -145,7 +145,7 @@ static ssize_t io_peek(hccl_stream_t *s, const void **data)
 static void io_advance(hccl_stream_t *s, size_t n)
 {
     ep_t *e = s->transport;
-    char sink[64];
+    char sink[4096];
 
     assert_true(n <= sizeof(sink));
     assert_int_equal(recv(e->fd, sink, n, MSG_DONTWAIT), (ssize_t)n);
@@ -1094,8 +1094,9 @@ static void test_consume(void **state)
 
 /*
  * A receive that asks for stores past the cache gets the same bytes: copied by us from where the
- * transport shows them (in pieces cut at odd bytes), or read by the transport where it cannot,
- * and from a held message.
+ * transport shows them (pieces of up to 3001 bytes from a misaligned address, so that streamed
+ * bodies, heads and tails all occur, into a misaligned buffer), or read by the transport where
+ * it cannot, and from a held message.
  */
 static void test_store_receive(void **state)
 {
@@ -1105,11 +1106,12 @@ static void test_store_receive(void **state)
     (void)state;
     for (int k = 0; k < 2; k++) {
         world_t *w = world_new(ios[k], SIZE_MAX);
-        char *sb = wbuf(w, len), *rb = wbuf(w, len), *sb2 = wbuf(w, 300), *rb2 = wbuf(w, 300);
+        char *sb = wbuf(w, len), *rb = (char *)wbuf(w, len + 16) + 5, *sb2 = wbuf(w, 300), *rb2 = wbuf(w, 300);
         xf_t *tx = xf(w, 5, 1, sb, len), *rx = xf(w, 5, 1, rb, len);
         xf_t *tx2 = xf(w, 5, 2, sb2, 300), *rx2 = xf(w, 5, 2, rb2, 300);
 
-        w->ep[1].peek_max = 61;
+        w->ep[1].peek_max = 3001;
+        w->ep[1].peek_skew = 3;
         fill(sb, len, 71 + (uint32_t)k);
         fill(sb2, 300, 81);
         rx->x.store = rx2->x.store = true;
@@ -1118,7 +1120,7 @@ static void test_store_receive(void **state)
         assert_false(hccl_is_failure(post_send(w, 0, tx)));
         for (int i = 0; i < MAX_PUMPS && rx->ndone == 0; i++) {
             pump_once(w);
-            w->ep[0].wbudget = 7 + (size_t)i % 300;
+            w->ep[0].wbudget = 7 + (size_t)i * 997 % 5000;
         }
         assert_done_ok(rx);
         assert_true(pump_until_done(w, tx));

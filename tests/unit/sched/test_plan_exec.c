@@ -143,12 +143,12 @@ static void test_finalize_successors(void **state)
 
 /*
  * finalize marks the receives a send reads again (same slot, overlapping bytes; never through
- * SEND), sets the footprint (send + recv + scratch) and counts the sends.
+ * SEND), records the buffer sizes and counts the sends.
  */
 static void test_finalize_forwarded(void **state)
 {
     hccl_plan_t *p = new_plan(0, 3);
-    uint32_t r[6], sid;
+    uint32_t r[7], sid;
 
     (void)state;
     /* Received into RECV 0..16, 16..32, 32..48, 48..64; SCRATCH 0..16 and 16..32. */
@@ -161,18 +161,25 @@ static void test_finalize_forwarded(void **state)
     assert_int_equal(hccl_plan_send(p, 2, 0, hccl_bref(HCCL_SLOT_RECV, 20), 4, &sid), hcclSuccess);
     assert_int_equal(hccl_plan_send(p, 2, 1, hccl_bref(HCCL_SLOT_SCRATCH, 15), 2, &sid), hcclSuccess);
     assert_int_equal(hccl_plan_send(p, 2, 2, hccl_bref(HCCL_SLOT_SEND, 0), 64, &sid), hcclSuccess);
-    /* A long send ending just before the fourth: RECV 0..48 would cover the first three. */
+    /* RECV 40..48: inside the third, ending where the fourth begins. */
     assert_int_equal(hccl_plan_send(p, 2, 3, hccl_bref(HCCL_SLOT_RECV, 40), 8, &sid), hcclSuccess);
+    /* RECV 100..116 lies inside a long send (64..128) that starts before a short one (70..72)
+     * which ends before it: the search must remember the furthest end. */
+    assert_int_equal(hccl_plan_recv(p, 1, 6, hccl_bref(HCCL_SLOT_RECV, 100), 16, &r[6]), hcclSuccess);
+    assert_int_equal(hccl_plan_send(p, 2, 4, hccl_bref(HCCL_SLOT_RECV, 64), 64, &sid), hcclSuccess);
+    assert_int_equal(hccl_plan_send(p, 2, 5, hccl_bref(HCCL_SLOT_RECV, 70), 2, &sid), hcclSuccess);
     p->scratch_bytes = 32;
-    assert_int_equal(hccl_plan_finalize(p, 64, 64), hcclSuccess);
-    assert_int_equal(p->footprint, 64 + 64 + 32);
-    assert_int_equal(p->nsends, 4);
+    assert_int_equal(hccl_plan_finalize(p, 64, 128), hcclSuccess);
+    assert_int_equal(p->send_bytes, 64);
+    assert_int_equal(p->recv_bytes, 128);
+    assert_int_equal(p->nsends, 6);
     assert_false(p->steps[r[0]].flags & HCCL_STEP_FORWARDED);
     assert_true(p->steps[r[1]].flags & HCCL_STEP_FORWARDED);
     assert_true(p->steps[r[2]].flags & HCCL_STEP_FORWARDED);
     assert_false(p->steps[r[3]].flags & HCCL_STEP_FORWARDED);
     assert_true(p->steps[r[4]].flags & HCCL_STEP_FORWARDED);
     assert_true(p->steps[r[5]].flags & HCCL_STEP_FORWARDED);
+    assert_true(p->steps[r[6]].flags & HCCL_STEP_FORWARDED);
     hccl_plan_release(p);
 }
 
