@@ -326,20 +326,17 @@ static uint32_t run_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s,
     return UINT32_MAX;
 }
 
-/* A reduce step has no transfer: its xfer's unit records what its receive did with the data. */
-enum { FUSE_NONE, FUSE_REDUCED, FUSE_STORED };
+/* Whether step s ends an hcclAvg: it divides its result, in place, once it is written. */
+static bool step_divides(const hccl_plan_t *p, const hccl_step_t *s)
+{
+    return (s->flags & HCCL_STEP_FINAL_DIV) && p->op == hcclAvg;
+}
 
-/*
- * A consuming receive's payload, piece by piece, in order. If its reduce waits on nothing else
- * when the first piece comes (what it reads and writes is final), each piece is reduced at once:
- * dst = the other operand op data, and the reduce step has nothing left to do. Otherwise the
- * payload is stored where the receive would have put it, and the reduce runs as planned.
- */
 /* Whether step s writes its result past the cache: not the last step of hcclAvg, which reads
  * its result back at once to divide it. */
 static bool run_stores(const hccl_run_t *run, const hccl_step_t *s)
 {
-    return run->store && !((s->flags & HCCL_STEP_FINAL_DIV) && run->plan->op == hcclAvg);
+    return run->store && !step_divides(run->plan, s);
 }
 
 static void run_reduce(const hccl_run_t *run, const hccl_step_t *s, void *dst, const void *a,
@@ -353,6 +350,15 @@ static void run_reduce(const hccl_run_t *run, const hccl_step_t *s, void *dst, c
         hccl_reduce(dst, a, b, count, p->dtype, p->op);
 }
 
+/* A reduce step has no transfer: its xfer's unit records what its receive did with the data. */
+enum { FUSE_NONE, FUSE_REDUCED, FUSE_STORED };
+
+/*
+ * A consuming receive's payload, piece by piece, in order. If its reduce waits on nothing else
+ * when the first piece comes (what it reads and writes is final), each piece is reduced at once:
+ * dst = the other operand op data, and the reduce step has nothing left to do. Otherwise the
+ * payload is stored where the receive would have put it, and the reduce runs as planned.
+ */
 static void run_consume(hccl_xfer_t *x, size_t off, const void *data, size_t len)
 {
     hccl_run_t *run = x->arg;
@@ -446,7 +452,7 @@ static void run_issue(hccl_run_t *run, uint32_t id)
             else
                 memmove(dst, src, s->bytes);
         }
-        if ((s->flags & HCCL_STEP_FINAL_DIV) && p->op == hcclAvg)
+        if (step_divides(p, s))
             hccl_reduce_div(dst, s->bytes / esz, p->dtype, p->nranks);
         break;
     }
@@ -456,7 +462,7 @@ static void run_issue(hccl_run_t *run, uint32_t id)
             run->ex->nfused++; /* its receive reduced the payload as it came */
         else
             run_reduce(run, s, dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz);
-        if ((s->flags & HCCL_STEP_FINAL_DIV) && p->op == hcclAvg)
+        if (step_divides(p, s))
             hccl_reduce_div(dst, s->bytes / esz, p->dtype, p->nranks);
         break;
     }

@@ -18,65 +18,41 @@
 #if defined(__x86_64__)
 #include <emmintrin.h>
 
-static void sum_f32(float *d, const float *a, const float *b, size_t n)
-{
-    size_t i = 0;
-
-    for (; i + 16 <= n; i += 16) {
-        __m128 x0 = _mm_loadu_ps(a + i), x1 = _mm_loadu_ps(a + i + 4);
-        __m128 x2 = _mm_loadu_ps(a + i + 8), x3 = _mm_loadu_ps(a + i + 12);
-        __m128 y0 = _mm_loadu_ps(b + i), y1 = _mm_loadu_ps(b + i + 4);
-        __m128 y2 = _mm_loadu_ps(b + i + 8), y3 = _mm_loadu_ps(b + i + 12);
-        __m128 nan = _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(x0, y0), _mm_cmpunord_ps(x1, y1)),
-                               _mm_or_ps(_mm_cmpunord_ps(x2, y2), _mm_cmpunord_ps(x3, y3)));
-
-        if (_mm_movemask_ps(nan)) {
-            _Alignas(16) float t[16];
-            hccl_reduce(t, a + i, b + i, 16, hcclFloat32, hcclSum);
-            x0 = _mm_load_ps(t), x1 = _mm_load_ps(t + 4);
-            x2 = _mm_load_ps(t + 8), x3 = _mm_load_ps(t + 12);
-        } else {
-            x0 = _mm_add_ps(x0, y0), x1 = _mm_add_ps(x1, y1);
-            x2 = _mm_add_ps(x2, y2), x3 = _mm_add_ps(x3, y3);
-        }
-        _mm_stream_ps(d + i, x0);
-        _mm_stream_ps(d + i + 4, x1);
-        _mm_stream_ps(d + i + 8, x2);
-        _mm_stream_ps(d + i + 12, x3);
+/*
+ * One 64-byte group at a time: four vectors of a and b, added and streamed, or, with a NaN
+ * among them, reduced by hccl_reduce into t and streamed from there. SUF is the intrinsics'
+ * suffix (ps, pd), V their vector type, L the elements per vector.
+ */
+#define DEFINE_STREAM_SUM(name, T, V, SUF, L, DT)                                                  \
+    static void name(T *d, const T *a, const T *b, size_t n)                                       \
+    {                                                                                              \
+        size_t i = 0;                                                                              \
+                                                                                                   \
+        for (; i + 4 * (L) <= n; i += 4 * (L)) {                                                   \
+            V x[4], y[4], nan = _mm_setzero_##SUF();                                               \
+            for (int k = 0; k < 4; k++) {                                                          \
+                x[k] = _mm_loadu_##SUF(a + i + k * (L));                                           \
+                y[k] = _mm_loadu_##SUF(b + i + k * (L));                                           \
+                nan = _mm_or_##SUF(nan, _mm_cmpunord_##SUF(x[k], y[k]));                           \
+            }                                                                                      \
+            if (_mm_movemask_##SUF(nan)) {                                                         \
+                _Alignas(16) T t[4 * (L)];                                                         \
+                hccl_reduce(t, a + i, b + i, 4 * (L), DT, hcclSum);                                \
+                for (int k = 0; k < 4; k++)                                                        \
+                    x[k] = _mm_load_##SUF(t + k * (L));                                            \
+            } else {                                                                               \
+                for (int k = 0; k < 4; k++)                                                        \
+                    x[k] = _mm_add_##SUF(x[k], y[k]);                                              \
+            }                                                                                      \
+            for (int k = 0; k < 4; k++)                                                            \
+                _mm_stream_##SUF(d + i + k * (L), x[k]);                                           \
+        }                                                                                          \
+        _mm_sfence();                                                                              \
+        hccl_reduce(d + i, a + i, b + i, n - i, DT, hcclSum);                                      \
     }
-    _mm_sfence();
-    hccl_reduce(d + i, a + i, b + i, n - i, hcclFloat32, hcclSum);
-}
 
-static void sum_f64(double *d, const double *a, const double *b, size_t n)
-{
-    size_t i = 0;
-
-    for (; i + 8 <= n; i += 8) {
-        __m128d x0 = _mm_loadu_pd(a + i), x1 = _mm_loadu_pd(a + i + 2);
-        __m128d x2 = _mm_loadu_pd(a + i + 4), x3 = _mm_loadu_pd(a + i + 6);
-        __m128d y0 = _mm_loadu_pd(b + i), y1 = _mm_loadu_pd(b + i + 2);
-        __m128d y2 = _mm_loadu_pd(b + i + 4), y3 = _mm_loadu_pd(b + i + 6);
-        __m128d nan = _mm_or_pd(_mm_or_pd(_mm_cmpunord_pd(x0, y0), _mm_cmpunord_pd(x1, y1)),
-                                _mm_or_pd(_mm_cmpunord_pd(x2, y2), _mm_cmpunord_pd(x3, y3)));
-
-        if (_mm_movemask_pd(nan)) {
-            _Alignas(16) double t[8];
-            hccl_reduce(t, a + i, b + i, 8, hcclFloat64, hcclSum);
-            x0 = _mm_load_pd(t), x1 = _mm_load_pd(t + 2);
-            x2 = _mm_load_pd(t + 4), x3 = _mm_load_pd(t + 6);
-        } else {
-            x0 = _mm_add_pd(x0, y0), x1 = _mm_add_pd(x1, y1);
-            x2 = _mm_add_pd(x2, y2), x3 = _mm_add_pd(x3, y3);
-        }
-        _mm_stream_pd(d + i, x0);
-        _mm_stream_pd(d + i + 2, x1);
-        _mm_stream_pd(d + i + 4, x2);
-        _mm_stream_pd(d + i + 6, x3);
-    }
-    _mm_sfence();
-    hccl_reduce(d + i, a + i, b + i, n - i, hcclFloat64, hcclSum);
-}
+DEFINE_STREAM_SUM(sum_f32, float, __m128, ps, 4, hcclFloat32)
+DEFINE_STREAM_SUM(sum_f64, double, __m128d, pd, 2, hcclFloat64)
 
 void hccl_reduce_store(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
                        hcclRedOp_t op)
