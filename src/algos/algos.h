@@ -171,6 +171,7 @@ typedef struct {
     double alpha_us;          /* per message */
     double beta_us_per_byte;  /* per byte on the wire */
     double gamma_us_per_byte; /* per byte reduced */
+    bool cpus_shared;         /* ranks of some host take turns on its CPUs (see cost.c) */
 } hccl_cost_t;
 
 hccl_cost_t hccl_cost_default(hccl_cost_class_t cls);

@@ -55,11 +55,22 @@ static double tree(const hccl_cost_t *c, double lg, double m, size_t chunk, doub
     return k * lg * (c->alpha_us + m / k * per_byte);
 }
 
-/* Messages and bytes of a pipeline of depth d over m bytes cut into chunks. */
+/*
+ * Messages and bytes of a pipeline of depth d over m bytes cut into chunks. Where ranks take
+ * turns on shared CPUs, a rank's turn costs more than a hop, and calls made back to back
+ * overlap down the chain: what sets the pace is one receive and one send per chunk, as in a
+ * pipeline of depth 1, where a tree's root sends each chunk lg n times. Measured over tcp on
+ * 2 cores, Broadcast by chain against the tree the depths chose (paired runs): 4 ranks 1-16
+ * KiB 1.4-2.0x, 64 KiB 0.88-0.95x, against scatter+allgather at 256 KiB 1.57x and 1 MiB
+ * 1.06x; 3 and 8 ranks 1-16 KiB 1.5-1.9x; Reduce at 4 ranks 1.0x at 1 KiB, 1.3-1.5x at
+ * 16-256 KiB.
+ */
 static double pipeline(const hccl_cost_t *c, double depth, double m, size_t chunk, double per_byte)
 {
     double k = chunks(m, chunk);
 
+    if (c->cpus_shared)
+        depth = 1;
     return (depth + k - 1) * (c->alpha_us + m / k * per_byte);
 }
 

@@ -422,6 +422,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
         comm->node_of[r] = q;
     }
     hccl_tuner_set_topology(&comm->tuner, comm->node_of, nranks);
+    comm->tuner.model.cpus_shared = hccl_topo_any_cores_shared(comm); /* kept by the calibration */
     comm_set_store_min(comm);
     hccl_reactor_set_cores_shared(comm->reactor, hccl_topo_cores_shared(comm));
     {

@@ -73,6 +73,8 @@ bool hccl_topo_cores_shared(const struct hcclComm *comm);
 /* Whether any rank of this host shares a CPU, from the cards: the same answer on every rank
  * of the host (with 3 ranks pinned to 2 CPUs, the one alone on its CPU says yes too). */
 bool hccl_topo_host_cores_shared(const struct hcclComm *comm);
+/* Whether any rank of the communicator shares a CPU: the same answer on every rank. */
+bool hccl_topo_any_cores_shared(const struct hcclComm *comm);
 /* Logs the tuner's picks at INFO (rank 0) and writes HCCL_TOPO_DUMP as JSON. */
 void hccl_topo_report(const struct hcclComm *comm);
 /* The tuner's pick for coll at bytes on this communicator. */

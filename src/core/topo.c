@@ -46,6 +46,14 @@ bool hccl_topo_cores_shared(const struct hcclComm *comm)
     return card_cores_shared(comm, comm->rank);
 }
 
+bool hccl_topo_any_cores_shared(const struct hcclComm *comm)
+{
+    for (int r = 0; r < comm->nranks; r++)
+        if (card_cores_shared(comm, r))
+            return true;
+    return false;
+}
+
 bool hccl_topo_host_cores_shared(const struct hcclComm *comm)
 {
     for (int r = 0; r < comm->nranks; r++)
@@ -227,13 +235,13 @@ void hccl_topo_write_json(const struct hcclComm *comm, FILE *f, const hccl_topo_
         fprintf(f, "\n  ],\n");
     }
     fprintf(f, "  \"cost_model\": {\"class\": \"%s\", \"source\": \"%s\", \"alpha_us\": %.3f, "
-               "\"bandwidth_GBps\": %.3f, \"reduce_GBps\": %.3f},\n  \"chunk_bytes\": %zu,\n"
+               "\"bandwidth_GBps\": %.3f, \"reduce_GBps\": %.3f, \"cpus_shared\": %s},\n  \"chunk_bytes\": %zu,\n"
                "  \"algorithms\": {",
             comm->tuner.cls == HCCL_COST_TCP ? "tcp" : "shm",
             comm->model_measured ? "measured" : comm->params.cost_model[0] ? "HCCL_COST_MODEL" : "default",
             m->alpha_us,
             1.0 / m->beta_us_per_byte / 1000.0, 1.0 / m->gamma_us_per_byte / 1000.0,
-            comm->tuner.chunk_bytes);
+            m->cpus_shared ? "true" : "false", comm->tuner.chunk_bytes);
     for (size_t c = 0; c < sizeof(report_colls) / sizeof(report_colls[0]); c++) {
         fprintf(f, "%s\n    \"%s\": {", c ? "," : "", hccl_coll_name(report_colls[c]));
         for (size_t s = 0; s < sizeof(report_sizes) / sizeof(report_sizes[0]); s++)

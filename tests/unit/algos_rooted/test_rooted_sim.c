@@ -395,6 +395,40 @@ static void test_count0_null_buffers(void **state)
     }
 }
 
+/*
+ * Where ranks share CPUs the tuner prices a chain by one rank's turn, not by its depth: chain
+ * at every size from 3 ranks, where the depths chose the tree for small buffers and
+ * scatter+allgather for mid-sized ones; 2 ranks (one message either way) keep the tree.
+ */
+static void test_tuner_cpus_shared(void **state)
+{
+    static const size_t sizes[] = {1024, 16384, 262144, 1u << 20, 64u << 20};
+    hccl_coll_shape_t shape = {HCCL_COLL_BROADCAST, 0, hcclInt8, hcclSum, 0, NULL};
+    hccl_tuner_t t;
+    (void)state;
+
+    hccl_tuner_init(&t, NULL, 4u << 20);
+    hccl_tuner_set_model(&t, HCCL_COST_TCP, "8,4,15");
+    shape.count = 1024;
+    assert_int_equal(hccl_tuner_pick(&t, &shape, 4), HCCL_ALGO_TREE);
+    shape.count = 262144;
+    assert_int_equal(hccl_tuner_pick(&t, &shape, 4), HCCL_ALGO_SCATTER_ALLGATHER);
+    shape.coll = HCCL_COLL_REDUCE;
+    shape.count = 16384;
+    assert_int_equal(hccl_tuner_pick(&t, &shape, 4), HCCL_ALGO_TREE);
+
+    t.model.cpus_shared = true;
+    for (int coll = 0; coll < 2; coll++) {
+        shape.coll = coll ? HCCL_COLL_REDUCE : HCCL_COLL_BROADCAST;
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            shape.count = sizes[i];
+            for (int n = 3; n <= 8; n++)
+                assert_int_equal(hccl_tuner_pick(&t, &shape, n), HCCL_ALGO_CHAIN);
+            assert_int_equal(hccl_tuner_pick(&t, &shape, 2), HCCL_ALGO_TREE);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_chain_reduce),
         cmocka_unit_test(test_chunk_cap),
         cmocka_unit_test(test_count0_null_buffers),
+        cmocka_unit_test(test_tuner_cpus_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
