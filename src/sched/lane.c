@@ -52,7 +52,8 @@ struct hccl_lane {
     int nranks;
     hccl_lane_limits_t limits;
     uint64_t next_lseq;         /* the next operation's turn; the same count on every rank */
-    hccl_lane_op_t *head;       /* queue, oldest first; only the head has published */
+    hccl_lane_op_t *head;       /* queue, oldest first; only the head and the one after it
+                                   may have published */
     hccl_lane_op_t *tail;
     hcclResult_t failed;        /* hcclSuccess until the communicator fails */
     bool halted;                /* on_fatal was called: nothing moves until the failure comes */
@@ -727,6 +728,15 @@ bool hccl_lane_poll(void *arg)
             if (!lane_final(lane, op))
                 return moved;
             op->final_done = true;
+            moved = true;
+        }
+        /* Our reads of the blocks are done: the next operation publishes while we wait for the
+         * peers' parts or releases. Its slot held the operation before this one, which every
+         * peer is done reading: each published this one's block after its last read of that
+         * one's blocks (here), and reads of that one's parts end before a peer's block of the
+         * next one is out, which we wait for before we write our part there. */
+        if (op->next && !op->next->published) {
+            lane_publish(lane, op->next);
             moved = true;
         }
         if (op->direct && !lane_released(lane, op))

@@ -184,7 +184,8 @@ bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *c
 {
     shm_lane_slot_t *slot = lane_slot(shm_ctx, rank, lseq);
 
-    /* A peer is never two operations ahead: it waits for our block of the one in between. */
+    /* A peer is never two operations ahead: it waits for our block of the one in between
+     * (a peer publishes the next one only after our block of its current one is in). */
     if (atomic_load_explicit(&slot->seq, memory_order_acquire) != lseq + 1)
         return false;
     *coll_seq = slot->coll_seq;
