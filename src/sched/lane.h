@@ -10,7 +10,8 @@
  * rank's share and gathers the shares within the group: what crosses between CPUs is one
  * sum per group. Blocks are reduced in a fixed order (rank order; grouped, rank order within
  * a group, then group order), so every rank gets the same bits. Lane operations
- * run one at a time in call order, apart from the plans (which never touch the slots); all
+ * run in call order, one at a time but for the next one's publication once the current one
+ * has read every block (hccl_lane_poll), apart from the plans (which never touch the slots); all
  * ranks make the same choices from the call and shared settings (and, for a split AllReduce's
  * way, from rank 0's word: hccl_lane_limits_t), so every exchange agrees.
  *

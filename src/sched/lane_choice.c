@@ -1,0 +1,177 @@
+/* Rank 0's choice of the way a split AllReduce runs on the lane: plain or by CPU group (lane.h). */
+#include "algos/algos.h"
+#include "links/link.h"
+#include "sched/lane_impl.h"
+
+/* The first operations of a class fault their buffers in: not timed. Then the plain way is
+ * timed, and after CHOICE_PROBE_OPS operations and CHOICE_PROBE_NS the grouped one tried; a
+ * try is a run of CHOICE_PROBE_LEN operations, at least CHOICE_PROBE_OPS operations and
+ * CHOICE_PROBE_NS apart. */
+#define CHOICE_WARM_OPS 2
+#define CHOICE_PROBE_LEN 4 /* median4 takes four */
+#define CHOICE_PROBE_OPS 32
+#define CHOICE_PROBE_NS (50 * 1000 * 1000)
+#define CHOICE_MARGIN 0.9
+/* Above this the grouped way's extra pass over the data costs more than it saves (measured:
+ * 0.78-0.96x at 4-16 MiB, whether copies between the CPUs are slow or not). */
+#define CHOICE_GROUPED_MAX (2u << 20)
+
+/*
+ * Rank 0's figures for one size class of split AllReduce: ns per byte from an operation's
+ * publication to the next one's, plain [0] and grouped [1]. Single operations vary 2-5x where
+ * four ranks share a CPU, so the other way is tried for a run of operations, whose middle
+ * samples replace its figure.
+ */
+struct lane_choice {
+    double ns_per_byte[2];
+    uint32_t decided;           /* operations of the class whose way was chosen */
+    uint32_t since_probe;       /* of them, since the last try */
+    int64_t probed_ns;
+    int probe_left;             /* operations of the current try still to be chosen */
+    bool next_probe;            /* the way written for the next operation is a try */
+    double probe[CHOICE_PROBE_LEN]; /* the current try's samples */
+    int probe_n;
+    int probe_skip;             /* the first try's first samples, not counted */
+    bool tried;                 /* the first try has started */
+};
+
+static int mode_class(size_t bytes)
+{
+    int c = 0;
+
+    while (c < HCCL_LANE_MODE_CLASSES - 1 && ((size_t)2 << c) <= bytes)
+        c++;
+    return c;
+}
+
+/* Rank 0: the way for the next split AllReduce of class c, and whether it is a try. */
+static bool choice_next(lane_choice_t *c, int64_t gap_ns, bool *probe)
+{
+    /* Grouped only by a margin: where the two ways are close, four noisy samples would pick
+     * the one with the extra pass (measured: 0.93-0.96x at 8 ranks in fast minutes without). */
+    bool best = c->ns_per_byte[1] != 0 && c->ns_per_byte[1] < CHOICE_MARGIN * c->ns_per_byte[0];
+
+    *probe = false;
+    /* A class first runs plain for CHOICE_PROBE_OPS operations and gap_ns: the grouped way's
+     * first try costs (its first operations fault pages in: 3-4x a plain one, 20% of a
+     * benchmark's 30 calls of 1 MiB at 8 ranks), which a class used only briefly never repays. */
+    if (++c->decided == 1)
+        c->probed_ns = hccl_now_ns();
+    if (c->decided < CHOICE_PROBE_OPS)
+        return false;
+    /* Only where the plain way got timed: where the class's operations never follow each other
+     * neither way can be (choice_record), and the class stays plain. A try starts afresh: one
+     * whose samples were lost (another operation came in between) is dropped. */
+    if (c->probe_left == 0 && c->ns_per_byte[0] != 0 && (!c->tried || ++c->since_probe >= CHOICE_PROBE_OPS) &&
+        hccl_now_ns() - c->probed_ns >= gap_ns) {
+        /* The first grouped operations fault in the parts' pages that the plain way left
+         * alone: not timed either. */
+        c->probe_skip = c->tried ? 0 : CHOICE_WARM_OPS;
+        c->probe_left = CHOICE_PROBE_LEN + c->probe_skip;
+        c->probe_n = 0;
+        c->tried = true;
+    }
+    if (c->probe_left > 0) {
+        if (--c->probe_left == 0) {
+            c->since_probe = 0;
+            c->probed_ns = hccl_now_ns();
+        }
+        *probe = true;
+        return !best;
+    }
+    return best;
+}
+
+/*
+ * Whether a split AllReduce runs grouped. Rank 0 writes, per size class, one word: the way
+ * from lseq "from" on, and the way before it; it rewrites it as it publishes each operation
+ * of the class, for the next. A rank is never an operation ahead of rank 0's last
+ * publication (it waits for rank 0's block), so every rank reads the same way for each lseq.
+ */
+static bool lane_choose_grouped(hccl_lane_t *lane, hccl_lane_op_t *op, size_t bytes)
+{
+    int cls = mode_class(bytes);
+    uint64_t word = hccl_shm_lane_mode(lane->shm, cls);
+    bool grouped = op->lseq >= word >> 2 ? word & 1 : (word >> 1) & 1;
+
+    if (lane->limits.group_always)
+        return true;
+    if (lane->choice) {
+        lane_choice_t *c = &lane->choice[cls];
+        bool probe, next;
+        op->probe = c->next_probe;
+        next = choice_next(c, lane->limits.choice_ns ? lane->limits.choice_ns : CHOICE_PROBE_NS, &probe);
+        c->next_probe = probe;
+        hccl_shm_lane_set_mode(lane->shm, cls, (op->lseq + 1) << 2 | (uint64_t)grouped << 1 | next);
+    }
+    return grouped;
+}
+
+/* The middle two of four, averaged: a try's figure, which one outlier does not move. */
+static double median4(const double *v)
+{
+    double lo = v[0], hi = v[0], sum = 0;
+
+    for (int i = 0; i < 4; i++) {
+        sum += v[i];
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    return (sum - lo - hi) / 2;
+}
+
+/*
+ * Rank 0, as it publishes op: the lane operation just before it, if of the same class, took
+ * from its publication to op's. That includes whatever the caller did in between, the same for
+ * both ways on average, but also the time until the other ranks were done with it, which the
+ * time to its own result misses (measured: half of the period at 8 ranks on 2 CPUs). An
+ * operation followed by another class, or by another kind of lane operation, is not timed.
+ */
+static void choice_record(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t bytes, int64_t now)
+{
+    lane_last_t *last = &lane->last;
+    lane_choice_t *c = &lane->choice[mode_class(bytes)];
+    double *f = &c->ns_per_byte[last->grouped], sample;
+
+    if (!last->timed || last->lseq + 1 != op->lseq || mode_class(last->bytes) != mode_class(bytes))
+        return;
+    sample = (double)(now - last->published_ns) / (double)last->bytes;
+    if (last->probe && c->probe_skip > 0) {
+        c->probe_skip--;
+    } else if (last->probe) {
+        c->probe[c->probe_n] = sample;
+        if (++c->probe_n == CHOICE_PROBE_LEN) {
+            *f = median4(c->probe);
+            c->probe_n = 0;
+        }
+    } else if (last->warm) {
+        /* One call in a hundred takes 10-20x the others (a rank that lost its turn on a
+         * shared CPU): clipped, so that one does not swing the choice. */
+        if (*f != 0 && sample > 2 * *f)
+            sample = 2 * *f;
+        *f = *f == 0 ? sample : *f + (sample - *f) / 8;
+    }
+}
+
+hcclResult_t hccl_lane_choice_create(hccl_lane_t *lane)
+{
+    lane->choice = hccl_calloc(HCCL_LANE_MODE_CLASSES, sizeof(*lane->choice));
+    return lane->choice ? hcclSuccess : HCCL_FAIL(hcclSystemError, "lane: out of memory");
+}
+
+void hccl_lane_choose_way(hccl_lane_t *lane, hccl_lane_op_t *op, size_t bytes)
+{
+    op->timed = op->split && op->coll == HCCL_COLL_ALLREDUCE && lane->ngroups && bytes <= CHOICE_GROUPED_MAX;
+    if (op->timed) {
+        int64_t now = lane->choice ? hccl_now_ns() : 0; /* rank 0 alone times */
+        if (lane->choice)
+            choice_record(lane, op, bytes, now);
+        op->grouped = lane_choose_grouped(lane, op, bytes);
+        if (lane->choice)
+            lane->last = (lane_last_t){.timed = true, .grouped = op->grouped, .probe = op->probe,
+                                       .warm = lane->choice[mode_class(bytes)].decided > CHOICE_WARM_OPS,
+                                       .lseq = op->lseq, .bytes = bytes, .published_ns = now};
+    } else if (lane->choice) {
+        lane->last.timed = false; /* what follows it is not timed against it */
+    }
+}

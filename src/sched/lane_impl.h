@@ -1,0 +1,47 @@
+/*
+ * The lane's state (lane.h), shared by the exchange (lane.c) and rank 0's choice of the way
+ * a split AllReduce runs (lane_choice.c).
+ */
+#ifndef HCCL_LANE_IMPL_H
+#define HCCL_LANE_IMPL_H
+
+#include "sched/lane.h"
+
+typedef struct lane_choice lane_choice_t;
+
+typedef struct {
+    bool timed, grouped, probe, warm; /* warm: past the class's first CHOICE_WARM_OPS */
+    uint64_t lseq;
+    size_t bytes;
+    int64_t published_ns;
+} lane_last_t;
+
+struct hccl_lane {
+    void *shm;                  /* borrowed: the shm link's context */
+    int rank;
+    int nranks;
+    hccl_lane_limits_t limits;
+    uint64_t next_lseq;         /* the next operation's turn; the same count on every rank */
+    hccl_lane_op_t *head;       /* queue, oldest first; only the head and the one after it
+                                   may have published */
+    hccl_lane_op_t *tail;
+    hcclResult_t failed;        /* hcclSuccess until the communicator fails */
+    bool halted;                /* on_fatal was called: nothing moves until the failure comes */
+    hccl_lane_fatal_fn on_fatal;
+    void *fatal_arg;
+    /* CPU groups (limits.group_of): 0 groups where ranks are not grouped */
+    int ngroups;
+    int *members;               /* ranks by group, in rank order within each */
+    int *gfirst;                /* [ngroups + 1]: group k is members[gfirst[k] .. gfirst[k + 1]) */
+    int group, gindex;          /* ours, and our place in it */
+    const char **piece;         /* [ngroups]: scratch of lane_pieces */
+    lane_choice_t *choice;      /* rank 0, where grouped: [HCCL_LANE_MODE_CLASSES] (lane_choice.c) */
+    lane_last_t last;           /* rank 0: the operation it published last */
+};
+
+/* Rank 0's figures, one per size class (lane_choice.c). */
+hcclResult_t hccl_lane_choice_create(hccl_lane_t *lane);
+/* As op is published (its lseq set): whether it runs grouped, and rank 0's timing of it. */
+void hccl_lane_choose_way(hccl_lane_t *lane, hccl_lane_op_t *op, size_t bytes);
+
+#endif
