@@ -319,7 +319,7 @@ void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post)
 }
 
 /* Nobody polls: the progress thread sleeps, or a waiter left the flags set (orphan). */
-static bool reactor_idle(hccl_reactor_t *r)
+static bool reactor_idle(const hccl_reactor_t *r)
 {
     return !atomic_load(&r->polling) || atomic_load(&r->orphan);
 }
@@ -504,6 +504,11 @@ void hccl_reactor_wake(hccl_reactor_t *r)
 
     if (write(r->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         HCCL_WARN("reactor: write(wake fd): %s", strerror(errno));
+}
+
+bool hccl_reactor_polled(const hccl_reactor_t *r)
+{
+    return !reactor_idle(r);
 }
 
 bool hccl_reactor_posts_pending(hccl_reactor_t *r)

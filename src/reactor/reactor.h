@@ -42,6 +42,9 @@ bool hccl_reactor_is_external(const hccl_reactor_t *r);
 void hccl_reactor_post(hccl_reactor_t *r, hccl_post_t *post);
 /* Posts queued and not run yet (a hint: another thread may push one at any time). */
 bool hccl_reactor_posts_pending(hccl_reactor_t *r);
+/* With its work held: a thread polls the links now (a waiter driving, or the progress thread
+ * spinning), and runs the pollers again before it stops polling. */
+bool hccl_reactor_polled(const hccl_reactor_t *r);
 /* True while the calling thread runs this reactor's work (its thread, or a callback of it). */
 bool hccl_reactor_in_loop(const hccl_reactor_t *r);
 

@@ -209,6 +209,12 @@ static void shm_io_kick(hccl_stream_t *s)
     static const struct timeval now = {0, 0};
     shm_conn_t *sc = s->transport;
 
+    /* A thread that polls finds the read (shm_poll looks at rndv_head): a timer added from
+     * it would wake the progress thread through libevent's notification, only to contend
+     * for the reactor with it (2 ranks, 256 KiB AllReduces read single-copy: three futex
+     * calls and a wake-up each). */
+    if (hccl_reactor_polled(sc->ctx->env->reactor))
+        return;
     if (sc->ctx->more_ev)
         evtimer_add(sc->ctx->more_ev, &now);
 }
