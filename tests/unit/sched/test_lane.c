@@ -309,15 +309,18 @@ static void test_grouped_waiting_for(void **state)
     world_free(w);
 }
 
+/* A lane world's ranks and CPU groups, and whether split AllReduces run grouped on it. */
+typedef struct {
+    int n;
+    int group_of[MAXR];
+    bool grouped;
+} layout_t;
+
 /* Split AllReduce by CPU group: groups of unequal sizes, a rank alone in its group, more
  * groups than two, and groupings where nothing is grouped (one group; every rank alone). */
 static void test_allreduce_grouped(void **state)
 {
-    static const struct {
-        int n;
-        int group_of[MAXR];
-        bool grouped;
-    } cases[] = {
+    static const layout_t cases[] = {
         {2, {0, 1}, false},
         {3, {0, 0, 0}, false},
         {3, {0, 1, 0}, true},
@@ -401,6 +404,14 @@ static int ah_coll(int k)
     return colls[k % 6];
 }
 
+/* Elements per rank of operation k (per peer for AlltoAll, per share for ReduceScatter). */
+static size_t ah_count(int k)
+{
+    int coll = ah_coll(k);
+
+    return coll == HCCL_COLL_ALLTOALL ? 100 : coll == HCCL_COLL_REDUCESCATTER ? 150 : 600;
+}
+
 static int32_t ah_value(int k, int r, size_t i)
 {
     return 100000 * k + 1000 * r + (int32_t)i;
@@ -409,7 +420,7 @@ static int32_t ah_value(int k, int r, size_t i)
 static void ah_check(int n, int k, int r)
 {
     int coll = ah_coll(k), root = k % n;
-    size_t count = coll == HCCL_COLL_ALLTOALL ? 100 : coll == HCCL_COLL_REDUCESCATTER ? 150 : 600;
+    size_t count = ah_count(k);
     const int32_t *out = coll == HCCL_COLL_BROADCAST ? ah_in[r][k] : ah_out[r][k];
 
     for (size_t i = 0; i < count; i++) {
@@ -418,13 +429,11 @@ static void ah_check(int n, int k, int r)
             sum += ah_value(k, q, coll == HCCL_COLL_REDUCESCATTER ? (size_t)r * count + i : i);
         switch (coll) {
         case HCCL_COLL_ALLREDUCE:
+        case HCCL_COLL_REDUCESCATTER:
             assert_int_equal(out[i], sum);
             break;
         case HCCL_COLL_REDUCE:
             assert_int_equal(out[i], r == root ? sum : -1);
-            break;
-        case HCCL_COLL_REDUCESCATTER:
-            assert_int_equal(out[i], sum);
             break;
         case HCCL_COLL_BROADCAST:
             assert_int_equal(out[i], ah_value(k, root, i));
@@ -449,13 +458,12 @@ static void publish_ahead_run(world_t *w, uint32_t seed, int *ahead)
     for (int r = 0; r < n; r++)
         for (int k = 0; k < AH_K; k++) {
             int coll = ah_coll(k);
-            size_t count = coll == HCCL_COLL_ALLTOALL ? 100 : coll == HCCL_COLL_REDUCESCATTER ? 150 : 600;
             for (size_t i = 0; i < (size_t)MAXR * AH_C; i++) {
                 ah_in[r][k][i] = ah_value(k, r, i);
                 ah_out[r][k][i] = -1;
             }
             op_init(&t[r][k], coll, ah_in[r][k], coll == HCCL_COLL_BROADCAST ? ah_in[r][k] : ah_out[r][k],
-                    count, hcclInt32, hcclSum);
+                    ah_count(k), hcclInt32, hcclSum);
             t[r][k].op.root = k % n;
         }
     for (int k = 0; k < AH_K; k++) /* rank 0 queues everything at once */
@@ -494,11 +502,7 @@ static void publish_ahead_run(world_t *w, uint32_t seed, int *ahead)
 
 static void test_publish_ahead(void **state)
 {
-    static const struct {
-        int n;
-        int group_of[MAXR];
-        bool grouped;
-    } cases[] = {
+    static const layout_t cases[] = {
         {4, {0, 1, 0, 1}, true},
         {3, {0, 1, 0}, true},
         {4, {0}, false},
