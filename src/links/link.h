@@ -78,6 +78,9 @@ struct hccl_xfer {
      * own (the shm ring, sim) write buf with stores that bypass the cache (hccl_store_copy);
      * the kernel's copies (tcp, single-copy reads) and held messages do as before. */
     bool store;
+    /* Receives: an offered message is read single-copy, not pulled through the wire, whatever
+     * the link's timing of the two ways says (stream.h, pull_max). */
+    bool read_direct;
     /* link-private */
     hccl_xfer_t *next;
     size_t moved;           /* bytes moved when done (checked by the link tests) */
@@ -248,5 +251,7 @@ hccl_conn_t **hccl_sim_world_conns(hccl_sim_world_t *w, int rank);
 uint64_t hccl_sim_bytes_sent(const hccl_sim_world_t *w, int rank);
 /* Bytes rank has received so far into receives with xfer.store (copied with hccl_store_copy). */
 uint64_t hccl_sim_bytes_stored(const hccl_sim_world_t *w, int rank);
+/* Bytes rank has received so far into receives with xfer.read_direct. */
+uint64_t hccl_sim_bytes_read_direct(const hccl_sim_world_t *w, int rank);
 
 #endif /* HCCL_LINK_H */

@@ -313,14 +313,15 @@ static hcclResult_t stream_check_len(hccl_stream_t *s, const hccl_frame_t *f, co
                      x->len);
 }
 
-/* Whether to pull an offered message of len bytes rather than read it single-copy. */
-static bool stream_choose_pull(hccl_stream_t *s, size_t len)
+/* Whether to pull the message offered to x rather than read it single-copy. */
+static bool stream_choose_pull(hccl_stream_t *s, const hccl_xfer_t *x)
 {
+    size_t len = x->len;
     double ratio, gap_ns;
     int64_t now;
     bool pull;
 
-    if (len > s->pull_max || len == 0)
+    if (len > s->pull_max || len == 0 || (x->read_direct && s->io->rndv_read))
         return false;
     if (!s->io->rndv_read)
         return true; /* the offer is a request to send: pulling is the only way */
@@ -384,7 +385,7 @@ static hcclResult_t stream_defer_rndv(hccl_stream_t *s, const hccl_frame_t *f, h
 {
     hccl_rndv_t *d;
 
-    if (stream_choose_pull(s, x->len))
+    if (stream_choose_pull(s, x))
         return stream_pull(s, f, x);
     if (!s->io->kick)
         return stream_rndv(s, f, x);
@@ -618,7 +619,7 @@ static hcclResult_t stream_on_header(hccl_stream_t *s)
         if (stream_check_len(s, f, x) != hcclSuccess)
             return stream_fail_xfer(s, x, hcclInvalidUsage);
         if (f->type == HCCL_FRAME_RTS)
-            return stream_choose_pull(s, x->len) ? stream_pull(s, f, x) : stream_rndv(s, f, x);
+            return stream_choose_pull(s, x) ? stream_pull(s, f, x) : stream_rndv(s, f, x);
         /* A pulled message is timed from its first byte: waiting for its turn is not its cost. */
         if (x->t0_ns) {
             x->t0_ns = hccl_now_ns();

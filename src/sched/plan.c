@@ -204,7 +204,7 @@ static int span_cmp(const void *x, const void *y)
 /*
  * Marks HCCL_STEP_FORWARDED the receives whose bytes a send of the plan reads (through RECV or
  * SCRATCH; a send from SEND reads the caller's input): their data is read again soon, so
- * it is not stored past the cache (exec.c). Counts the sends too.
+ * it is not stored past the cache (exec.c). Counts the sends and the reduces too.
  */
 static hcclResult_t plan_mark_forwarded(hccl_plan_t *p)
 {
@@ -214,9 +214,11 @@ static hcclResult_t plan_mark_forwarded(hccl_plan_t *p)
     if (!sends)
         return HCCL_FAIL(hcclSystemError, "plan %s: out of memory for %u steps", p->algo, p->nsteps);
     p->nsends = 0;
+    p->nreduces = 0;
     for (uint32_t i = 0; i < p->nsteps; i++) {
         hccl_step_t *s = &p->steps[i];
         s->flags &= (uint8_t)~HCCL_STEP_FORWARDED;
+        p->nreduces += s->kind == HCCL_STEP_REDUCE;
         if (s->kind != HCCL_STEP_SEND)
             continue;
         p->nsends++;

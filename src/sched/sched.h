@@ -109,6 +109,7 @@ typedef struct hccl_plan {
     size_t send_bytes;     /* the send and receive buffers' sizes, set by finalize */
     size_t recv_bytes;
     uint32_t nsends;       /* send steps, set by finalize */
+    uint32_t nreduces;     /* reduce steps, set by finalize */
     bool final;
     atomic_int refs;
 } hccl_plan_t;
@@ -148,7 +149,7 @@ hcclResult_t hccl_plan_embed(hccl_plan_t *p, const hccl_plan_t *sub, const hccl_
 /* after may start only once before has completed. */
 hcclResult_t hccl_plan_dep(hccl_plan_t *p, uint32_t before, uint32_t after);
 /* Builds the successor lists, checks the plan (ranges against slot sizes, acyclic), and sets
- * send_bytes, recv_bytes, nsends and the HCCL_STEP_FORWARDED marks. */
+ * send_bytes, recv_bytes, nsends, nreduces and the HCCL_STEP_FORWARDED marks. */
 hcclResult_t hccl_plan_finalize(hccl_plan_t *p, size_t send_bytes, size_t recv_bytes);
 static inline hccl_bref_t hccl_bref(hccl_slot_t slot, size_t off)
 {

@@ -11,6 +11,7 @@ typedef struct {
     hcclResult_t res[64];
     uint64_t bytes_sent[64];
     uint64_t bytes_stored[64]; /* hccl_sim_bytes_stored */
+    uint64_t bytes_read_direct[64]; /* hccl_sim_bytes_read_direct */
 } sim_result_t;
 
 /*

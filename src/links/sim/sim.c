@@ -13,6 +13,7 @@ typedef struct sim_rank {
     hccl_conn_t **conns;         /* [nranks] */
     uint64_t bytes_sent;
     uint64_t bytes_stored;       /* received by receives that asked for stores past the cache */
+    uint64_t bytes_read_direct;  /* received by receives marked read_direct */
 } sim_rank_t;
 
 struct hccl_sim_world {
@@ -48,6 +49,8 @@ static void sim_match(hccl_sim_world_t *w, hccl_xfer_t *s, hccl_xfer_t *r, int f
                        s->len - off < piece ? s->len - off : piece);
         w->ranks[from].bytes_sent += s->len;
     } else if (s->len) {
+        if (r->read_direct)
+            w->ranks[s->peer].bytes_read_direct += s->len;
         if (r->store) {
             hccl_store_copy(r->buf, s->buf, s->len);
             w->ranks[s->peer].bytes_stored += s->len;
@@ -175,4 +178,9 @@ uint64_t hccl_sim_bytes_sent(const hccl_sim_world_t *w, int rank)
 uint64_t hccl_sim_bytes_stored(const hccl_sim_world_t *w, int rank)
 {
     return w->ranks[rank].bytes_stored;
+}
+
+uint64_t hccl_sim_bytes_read_direct(const hccl_sim_world_t *w, int rank)
+{
+    return w->ranks[rank].bytes_read_direct;
 }

@@ -227,8 +227,9 @@ static void run_stored(hccl_algo_t algo, int n, hccl_coll_shape_t shape, size_t 
 
     for (int r = 0; r < n; r++) {
         recv[r] = calloc(recv_count, esz);
+        size_t send_count = shape.coll == HCCL_COLL_ALLTOALL ? recv_count : shape.count;
         send[r] = in_place ? (char *)recv[r] + (shape.coll == HCCL_COLL_ALLGATHER ? r * shape.count * esz : 0)
-                           : calloc(shape.count, esz);
+                           : calloc(send_count, esz);
     }
     sim_run_set_store_min(store_min);
     assert_int_equal(sim_run_allreduce(algo, n, &shape, send, recv, out), hcclSuccess);
@@ -275,6 +276,45 @@ static void test_store_which_receives(void **state)
     assert_int_equal(out.bytes_stored[0] + out.bytes_stored[1], 0);
 }
 
+/*
+ * Which receives read offers single-copy (read_direct): in plans that only move data and where
+ * the rank sends too (AllGather, AlltoAll), those whose bytes are final, from half the cache
+ * share (store_min) up; not in an AllReduce (it reduces), nor where a rank only receives
+ * (Broadcast), nor for blocks sent on (the first step of a 3-rank ring).
+ */
+static void test_read_direct_which_receives(void **state)
+{
+    const size_t c = 3000, esz = sizeof(float);
+    hccl_coll_shape_t ag = {HCCL_COLL_ALLGATHER, c, hcclFloat32, hcclSum, 0, NULL};
+    hccl_coll_shape_t a2a = {HCCL_COLL_ALLTOALL, c, hcclFloat32, hcclSum, 0, NULL};
+    hccl_coll_shape_t ar = {HCCL_COLL_ALLREDUCE, 2 * c, hcclFloat32, hcclSum, 0, NULL};
+    hccl_coll_shape_t bc = {HCCL_COLL_BROADCAST, c, hcclFloat32, hcclSum, 0, NULL};
+    size_t ag_footprint = 3 * c * esz; /* c elements sent, 2c received */
+    sim_result_t out;
+
+    (void)state;
+    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 1, &out);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(out.bytes_read_direct[r], c * esz);
+    run_stored(HCCL_ALGO_RING, 3, ag, 3 * c, false, 1, &out);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(out.bytes_read_direct[r], c * esz); /* the last of two blocks */
+    run_stored(HCCL_ALGO_PAIRWISE, 2, a2a, 2 * c, false, 1, &out);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(out.bytes_read_direct[r], c * esz);
+    run_stored(HCCL_ALGO_RING, 2, ar, 2 * c, false, 1, &out);
+    assert_int_equal(out.bytes_read_direct[0] + out.bytes_read_direct[1], 0);
+    run_stored(HCCL_ALGO_TREE, 2, bc, c, false, 1, &out);
+    assert_int_equal(out.bytes_read_direct[0] + out.bytes_read_direct[1], 0);
+    /* From half the threshold up: at it, and a byte under it. */
+    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 2 * ag_footprint, &out);
+    assert_int_equal(out.bytes_read_direct[0], c * esz);
+    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 2 * ag_footprint + 2, &out);
+    assert_int_equal(out.bytes_read_direct[0] + out.bytes_read_direct[1], 0);
+    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 0, &out);
+    assert_int_equal(out.bytes_read_direct[0] + out.bytes_read_direct[1], 0);
+}
+
 static int reset_store_min(void **state)
 {
     (void)state;
@@ -291,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_ring_large),
         cmocka_unit_test_teardown(test_store_past_cache, reset_store_min),
         cmocka_unit_test_teardown(test_store_which_receives, reset_store_min),
+        cmocka_unit_test_teardown(test_read_direct_which_receives, reset_store_min),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -783,12 +783,15 @@ static void test_rndv(void **state)
     }
 }
 
-/* One offered message of len bytes through ep 0 -> 1, the receive posted first or after. */
-static void offer_one(world_t *w, uint64_t seq, uint32_t tag, size_t len, bool recv_first)
+/* One offered message of len bytes through ep 0 -> 1, the receive posted first or after, and
+ * marked read_direct or not. */
+static void offer_one_as(world_t *w, uint64_t seq, uint32_t tag, size_t len, bool recv_first,
+                         bool read_direct)
 {
     char *sb = wbuf(w, len), *rb = wbuf(w, len);
     xf_t *tx = xf(w, seq, tag, sb, len), *rx = xf(w, seq, tag, rb, len);
 
+    rx->x.read_direct = read_direct;
     fill(sb, len, (uint32_t)(seq * 100 + tag));
     if (recv_first)
         assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
@@ -803,6 +806,11 @@ static void offer_one(world_t *w, uint64_t seq, uint32_t tag, size_t len, bool r
     assert_done_ok(rx);
     assert_done_ok(tx);
     assert_memory_equal(rb, sb, len);
+}
+
+static void offer_one(world_t *w, uint64_t seq, uint32_t tag, size_t len, bool recv_first)
+{
+    offer_one_as(w, seq, tag, len, recv_first, false);
 }
 
 /* With the receiver's costs set to pull_ns and rndv_ns: how many of n offers it read single-copy. */
@@ -858,6 +866,19 @@ static void test_rndv_pull(void **state)
     assert_true(rs->pull_ns_per_byte != 5.0);
     /* Above pull_max: single copy, however fast pulling was. */
     assert_int_equal(single_copies_of(w, 1e-9, 1e9, 9, 1, 2 * len), 1);
+    /* Marked read_direct: single copy however fast pulling was, and not counted among the
+     * offers between tries of the other way. */
+    {
+        int reads = w->ep[1].rndv_reads;
+        unsigned choices = rs->pull_choices;
+        for (uint32_t t = 0; t < 4; t++) {
+            rs->pull_ns_per_byte = 1e-9;
+            rs->rndv_ns_per_byte = 1e9;
+            offer_one_as(w, 10, t, len, t % 2 == 0, true);
+        }
+        assert_int_equal(w->ep[1].rndv_reads - reads, 4);
+        assert_int_equal(rs->pull_choices, choices);
+    }
     assert_null(w->ep[0].s.await_fin.head);
     assert_null(w->ep[0].s.pulled.head);
     assert_int_equal(w->ep[0].err, hcclSuccess);
