@@ -46,20 +46,23 @@ bool hccl_topo_cores_shared(const struct hcclComm *comm)
     return card_cores_shared(comm, comm->rank);
 }
 
-bool hccl_topo_any_cores_shared(const struct hcclComm *comm)
+/* Whether a rank of host node (-1: of any host) shares a CPU, as its card says. */
+static bool node_cores_shared(const struct hcclComm *comm, int node)
 {
     for (int r = 0; r < comm->nranks; r++)
-        if (card_cores_shared(comm, r))
+        if ((node < 0 || comm->node_of[r] == node) && card_cores_shared(comm, r))
             return true;
     return false;
 }
 
+bool hccl_topo_any_cores_shared(const struct hcclComm *comm)
+{
+    return node_cores_shared(comm, -1);
+}
+
 bool hccl_topo_host_cores_shared(const struct hcclComm *comm)
 {
-    for (int r = 0; r < comm->nranks; r++)
-        if (comm->node_of[r] == comm->node_of[comm->rank] && card_cores_shared(comm, r))
-            return true;
-    return false;
+    return node_cores_shared(comm, comm->node_of[comm->rank]);
 }
 
 static void read_first_line(const char *path, char *out, size_t len)

@@ -241,6 +241,13 @@ static void run_stored(hccl_algo_t algo, int n, hccl_coll_shape_t shape, size_t 
     }
 }
 
+/* Every one of n per-rank counts is want. */
+static void assert_each(const uint64_t *counts, int n, uint64_t want)
+{
+    for (int r = 0; r < n; r++)
+        assert_int_equal(counts[r], want);
+}
+
 /*
  * Which receives stream: those whose bytes are final (AllGather at 2 ranks, the last step of its
  * ring at 3, the all-gather half of a 2-rank ring AllReduce), not those sent on (the first step
@@ -257,14 +264,11 @@ static void test_store_which_receives(void **state)
 
     (void)state;
     run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 1, &out);
-    for (int r = 0; r < 2; r++)
-        assert_int_equal(out.bytes_stored[r], c * esz);
+    assert_each(out.bytes_stored, 2, c * esz);
     run_stored(HCCL_ALGO_RING, 3, ag, 3 * c, false, 1, &out);
-    for (int r = 0; r < 3; r++)
-        assert_int_equal(out.bytes_stored[r], c * esz); /* of the two blocks received, the last */
+    assert_each(out.bytes_stored, 3, c * esz); /* of the two blocks received, the last */
     run_stored(HCCL_ALGO_RING, 2, ar, 2 * c, false, 1, &out);
-    for (int r = 0; r < 2; r++)
-        assert_int_equal(out.bytes_stored[r], c * esz); /* the other rank's half, reduced there */
+    assert_each(out.bytes_stored, 2, c * esz); /* the other rank's half, reduced there */
     run_stored(HCCL_ALGO_TREE, 2, bc, c, false, 1, &out);
     assert_int_equal(out.bytes_stored[0] + out.bytes_stored[1], 0);
     /* Over the threshold only with the send buffer counted: out of place, not in place. */
@@ -294,25 +298,22 @@ static void test_read_direct_which_receives(void **state)
 
     (void)state;
     run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 1, &out);
-    for (int r = 0; r < 2; r++)
-        assert_int_equal(out.bytes_read_direct[r], c * esz);
+    assert_each(out.bytes_read_direct, 2, c * esz);
     run_stored(HCCL_ALGO_RING, 3, ag, 3 * c, false, 1, &out);
-    for (int r = 0; r < 3; r++)
-        assert_int_equal(out.bytes_read_direct[r], c * esz); /* the last of two blocks */
+    assert_each(out.bytes_read_direct, 3, c * esz); /* the last of two blocks */
     run_stored(HCCL_ALGO_PAIRWISE, 2, a2a, 2 * c, false, 1, &out);
-    for (int r = 0; r < 2; r++)
-        assert_int_equal(out.bytes_read_direct[r], c * esz);
+    assert_each(out.bytes_read_direct, 2, c * esz);
     run_stored(HCCL_ALGO_RING, 2, ar, 2 * c, false, 1, &out);
-    assert_int_equal(out.bytes_read_direct[0] + out.bytes_read_direct[1], 0);
+    assert_each(out.bytes_read_direct, 2, 0);
     run_stored(HCCL_ALGO_TREE, 2, bc, c, false, 1, &out);
-    assert_int_equal(out.bytes_read_direct[0] + out.bytes_read_direct[1], 0);
+    assert_each(out.bytes_read_direct, 2, 0);
     /* From half the threshold up: at it, and a byte under it. */
     run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 2 * ag_footprint, &out);
     assert_int_equal(out.bytes_read_direct[0], c * esz);
     run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 2 * ag_footprint + 2, &out);
-    assert_int_equal(out.bytes_read_direct[0] + out.bytes_read_direct[1], 0);
+    assert_each(out.bytes_read_direct, 2, 0);
     run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 0, &out);
-    assert_int_equal(out.bytes_read_direct[0] + out.bytes_read_direct[1], 0);
+    assert_each(out.bytes_read_direct, 2, 0);
 }
 
 static int reset_store_min(void **state)
