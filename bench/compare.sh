@@ -19,7 +19,8 @@
 # BENCH_SKIP_OVERSUB (libraries not run with more ranks than cores, default
 # mpich-tcp), BENCH_BUILD (default /tmp/bench-build),
 # BENCH_OUT (default bench/results/<stamp>), BENCH_QUIET_PCT (25),
-# BENCH_QUIET_WAIT (seconds, quick 10, full 20).
+# BENCH_QUIET_WAIT (seconds, quick 10, full 20), BENCH_BASELINE (default: the newest
+# bench/baselines/*.csv; table.md ends with the run against it).
 set -euo pipefail
 
 mode=${1:-quick}
@@ -340,4 +341,11 @@ echo "elapsed_s: $((SECONDS - t_start))" >>"$out/machine.txt"
 
 log "summarising"
 python3 "$here/summarize.py" "$out" "$cores" >>"$out/run.log" 2>&1 || log "summarize.py failed (see run.log)"
+# The newest dated baseline (bench/baselines, kept in git) or BENCH_BASELINE: hccl's
+# figures now against then, appended to table.md.
+baseline=${BENCH_BASELINE:-$(ls "$here"/baselines/*.csv 2>/dev/null | sort | tail -n 1)}
+if [[ -n $baseline && -f $out/medians.csv ]]; then
+    { echo; python3 "$here/baseline.py" diff "$baseline" "$out"; } >>"$out/table.md" 2>>"$out/run.log" ||
+        log "baseline.py diff failed (see run.log)"
+fi
 log "done in $((SECONDS - t_start)) s: $out/table.md"

@@ -146,7 +146,7 @@ def main():
       f"Below {human(SMALL)} the value columns are times in us (latency), from {human(SMALL)} busbw in GB/s. "
       f"**% of limit** (from {human(LARGE)}): hccl's busbw over what the machine allows at that size "
       "(shm: best of memcpy and process_vm_readv; tcp: one loopback stream; times min(1, cores/ranks)). "
-      "See README.md.\n")
+      "See bench/README.md.\n")
 
     # ---- headline: ratios
     p("## hccl / best peer\n")
