@@ -849,10 +849,12 @@ static void test_rndv_pull(void **state)
     assert_true(rs->rndv_ns_per_byte > 0);
     /* Single copy measured far slower: the 16th offer tries it. */
     assert_int_equal(single_copies_of(w, 1e-9, 1e9, 5, 16, len), 1);
-    /* Pulling measured far slower: read single-copy; a try came less than a second ago. */
+    /* Pulling measured far slower: read single-copy; the last try is taken to be a minute
+     * ahead, so that no try is due however slowly a loaded machine runs these 16 offers. */
+    rs->pull_probe_ns += 60 * (int64_t)1000000000;
     assert_int_equal(single_copies_of(w, 1e9, 1e-9, 6, 16, len), 16);
-    /* A second later, the next is pulled, and its time is the figure now. */
-    rs->pull_probe_ns -= 2000000000;
+    /* Two minutes later, the next is pulled, and its time is the figure now. */
+    rs->pull_probe_ns -= 120 * (int64_t)1000000000;
     assert_int_equal(single_copies_of(w, 1e9, 1e-9, 7, 1, len), 0);
     assert_true(rs->pull_ns_per_byte < 1e6);
     /* A message pulled through wire memory used for the first time is not timed. */
