@@ -9,7 +9,8 @@
 #include "algos/algos.h"
 
 static const hccl_cost_t default_models[] = {
-    /* shm: an eventfd wake-up per message dominates alpha (~30 us on a busy 2-core host). */
+    /* shm: an eventfd wake-up per message dominates alpha: the default is one on a busy host
+     * (docs/performance.md). */
     [HCCL_COST_SHM] = {.alpha_us = 30.0, .beta_us_per_byte = 1.0 / 2500.0, .gamma_us_per_byte = 1.0 / 5000.0},
     /* tcp: a syscall pair and a wake-up per message, a loopback or NIC stream per byte. */
     [HCCL_COST_TCP] = {.alpha_us = 50.0, .beta_us_per_byte = 1.0 / 1200.0, .gamma_us_per_byte = 1.0 / 5000.0},
@@ -59,11 +60,9 @@ static double tree(const hccl_cost_t *c, double lg, double m, size_t chunk, doub
  * Messages and bytes of a pipeline of depth d over m bytes cut into chunks. Where ranks take
  * turns on shared CPUs, a rank's turn costs more than a hop, and calls made back to back
  * overlap down the chain: what sets the pace is one receive and one send per chunk, as in a
- * pipeline of depth 1, where a tree's root sends each chunk lg n times. Measured over tcp on
- * 2 cores, Broadcast by chain against the tree the depths chose (paired runs): 4 ranks 1-16
- * KiB 1.4-2.0x, 64 KiB 0.88-0.95x, against scatter+allgather at 256 KiB 1.57x and 1 MiB
- * 1.06x; 3 and 8 ranks 1-16 KiB 1.5-1.9x; Reduce at 4 ranks 1.0x at 1 KiB, 1.3-1.5x at
- * 16-256 KiB.
+ * pipeline of depth 1, where a tree's root sends each chunk lg n times. Timed with ranks
+ * sharing CPUs, Broadcast and Reduce by chain mostly beat the tree the depths chose
+ * (docs/performance.md).
  */
 static double pipeline(const hccl_cost_t *c, double depth, double m, size_t chunk, double per_byte)
 {
@@ -100,8 +99,8 @@ double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t al
         if (algo == HCCL_ALGO_CHAIN)
             return pipeline(c, nn - 1, m, chunk, b);
         /* At 2 ranks both of its phases only move the root's halves to the other rank, one
-         * after the other: the tree's pipeline does the same in one stream (4 MiB: 0.17-0.25 ms
-         * against 1.3 ms here). */
+         * after the other: the tree's pipeline does the same in one stream, several times
+         * faster (docs/performance.md). */
         if (algo == HCCL_ALGO_SCATTER_ALLGATHER)
             return n == 2 ? INFINITY : lg * a + (nn - 1) / nn * m * b + (nn - 1) * (a + m / nn * b);
         break;

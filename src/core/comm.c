@@ -209,11 +209,10 @@ out:
  * An AlltoAll block copied through a lane slot crosses memory twice, where one read from the
  * sender's buffer (single-copy, a syscall that pins pages) crosses it once. The copy wins while
  * the ranks' buffers and slots (about four times the block each) stay in a last-level cache of
- * some 32 MiB, beyond it the read. Measured at 4 ranks on 2 cores (paired runs): 1 MiB 0.78x
- * with the read, 2 MiB 2.2x, 4 MiB 1.4-1.7x, 16 MiB 1.1-1.2x; at 8 ranks 1 MiB 1.3x. In the
- * minutes when copies between the cores slow down, the read won at every size from 64 KiB
- * (1.7-3.2x); AllGather and Broadcast, whose copy crosses memory n + 1 times against the
- * read's n - 1, lost with it at 1-64 MiB (0.5-0.95x) in the other minutes.
+ * 32 MiB (what LANE_DIRECT_SPAN assumes), beyond it the read; where copies between the cores
+ * are slow, the read wins at smaller sizes too. AllGather and Broadcast, whose copy crosses
+ * memory n + 1 times against the read's n - 1, are still slower with the read where copies
+ * between the cores are fast (docs/performance.md).
  */
 #define LANE_DIRECT_SPAN (8u << 20) /* the blocks of every rank together */
 
@@ -227,9 +226,9 @@ static size_t lane_direct_min(const struct hcclComm *comm)
 /*
  * The lane's CPU groups: where every rank is pinned to one CPU, the ranks of each CPU, CPUs in
  * ascending order (the same on every rank: from the cards). *group_of stays NULL otherwise.
- * Measured on 2 cores whose cache is sometimes shared and sometimes not (a copy between them
- * at 14 or at 4 GB/s, from one minute to the next): in the slow minutes an 8-rank AllReduce
- * of 64 KiB took 3x as long as in the fast ones, bound by what crossed between the CPUs.
+ * Where the cores share a cache only at times, a split AllReduce is bound by what crosses
+ * between the CPUs in the minutes when they do not, and grouping sends one partial sum per
+ * CPU across instead of every rank's block (docs/performance.md).
  */
 static hcclResult_t lane_cpu_groups(const struct hcclComm *comm, int **group_of)
 {
@@ -276,13 +275,11 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     int *group_of = NULL;
     hcclResult_t res;
 
-    /* Measured here: at 2 ranks on 2 cores the plans' rings win from 16 KiB (each lane slot is
-     * rewritten while the peer still caches it), except for Broadcast and Reduce up to 32 KiB
-     * (see hccl_lane_limits_t); where ranks share cores, the lane wins up to its largest
-     * block, 16 MiB (a 4 MiB AllReduce at 8 ranks: 5.1-5.6 ms against 7.9-9.3 for a plan; at
-     * 16 MiB, 1.3-1.6x a plan's busbw at 4 and 8 ranks, Broadcast 1.5-1.9x), since a plan waits
-     * for each rank's turn on a core at every step, where the lane needs each rank to run about
-     * three times. */
+    /* Where each rank has a core of its own, the plans' rings win from 16 KiB (each lane slot
+     * is rewritten while the peer still caches it), except for Broadcast and Reduce up to
+     * 32 KiB (see hccl_lane_limits_t); where ranks share cores, the lane wins up to its largest
+     * block, 16 MiB, since a plan waits for each rank's turn on a core at every step, where
+     * the lane needs each rank to run about three times (docs/performance.md). */
     if (max == SIZE_MAX) {
         limits.max_bytes = shared ? HCCL_LANE_CAP : 8192;
         limits.rooted_max = shared ? HCCL_LANE_CAP : 32768;
@@ -310,11 +307,9 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
 
 /*
  * Collectives whose buffers, over all the ranks of this host, exceed the last-level cache
- * store their results past it (hccl_exec_set_store_min). Measured here (busbw against plain
- * stores, medians of 8 paired runs), 2 ranks at 16 and 64 MiB: AllReduce 1.05-1.21x and
- * 1.13-1.27x, AllGather 1.05-1.12x and 1.23-1.24x, AlltoAll 1.05-1.12x and 1.30-1.46x; 8 ranks,
- * AllReduce 64 MiB 1.11x; tcp, 2 ranks, AllReduce 64 MiB 1.22x. Where the buffers fit in the
- * cache, streamed stores lose (AllReduce at 1-4 MiB: 0.55-0.9x).
+ * store their results past it (hccl_exec_set_store_min): there a plain store first reads the
+ * line it writes from memory, so streamed stores win, over shm and tcp alike; where the
+ * buffers fit in the cache, they lose (docs/performance.md).
  */
 static void comm_set_store_min(struct hcclComm *comm)
 {

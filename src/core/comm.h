@@ -59,7 +59,7 @@ void hccl_id_from_addr(hccl_id_t *id, const hccl_sockaddr_t *addr);
 /* topo.c: our host identity (HCCL_HOST_ID, else hostname + boot id + network namespace). */
 void hccl_topo_host_id(const hccl_params_t *p, char *out, size_t len);
 /* The largest cache sysfs lists for CPU 0, in bytes (0: none listed). Not sysconf: on virtual
- * machines the CPU may report another size (here 320 MiB for a 32 MiB cache). */
+ * machines the CPU may report a size far from the real cache's. */
 size_t hccl_topo_llc_bytes(void);
 /* The number of CPUs this process may run on; *only_cpu: that CPU if it is one, else -1. */
 int hccl_cpus_available(int *only_cpu);

@@ -1,9 +1,9 @@
 /*
  * Copies whose stores bypass the cache, for results larger than it: a plain store first reads
  * the line it writes (a read for ownership), and past the last-level cache that read goes to
- * memory. Measured here, one thread, 64 MiB: 8.9-9.3 GB/s with memcpy, 13.0-14.3 with these
- * (16 MiB: 16.8-17.7 and 18.2-18.5). glibc's memcpy streams too, but only from a size derived
- * from the cache size the CPU reports, which on this VM (320 MiB) no message reaches.
+ * memory, so streamed stores copy faster there (docs/performance.md). glibc's memcpy streams
+ * too, but only from a size derived from the cache size the CPU reports, which a virtual
+ * machine may report far above the real cache, beyond any message (hccl_topo_llc_bytes).
  */
 #include <stdint.h>
 #include <string.h>

@@ -7,9 +7,9 @@
 /*
  * The slower way of an offer that may be pulled is tried again after at least this many
  * offers and STREAM_PULL_PROBE_NS times the square of how much slower it was (at most
- * STREAM_PULL_PROBE_NS_MAX; see pull_max). A probe costs far more than its own time: 2 ranks,
- * 256 KiB Broadcast, in minutes when pulling was 3-17x slower, one message in 16 pulled made
- * the whole 1.65x slower than never pulling, and one in up to 256 still 1.3x.
+ * STREAM_PULL_PROBE_NS_MAX; see pull_max). A probe costs far more than its own time: while
+ * pulling is much slower, even rare pulled messages slow the whole stream down markedly
+ * (docs/performance.md).
  */
 #define STREAM_PULL_PROBE 16
 #define STREAM_PULL_PROBE_NS 5000000.0
@@ -102,8 +102,8 @@ static void stream_cost_sample(double *avg, int64_t ns, size_t len, bool probe)
 /*
  * A way's time for len bytes (pulled or single-copy). Not taken if the copy went through wire
  * memory used for the first time (tx_wire_cold, rx_wire_cold): that costs a page fault per
- * page (about 3.5 us per 4 KiB here, 8x the copy), which no later use pays; a probe that did
- * is tried again soon. A probe's time replaces the figure (stream_cost_sample).
+ * page, several times the copy (docs/performance.md), which no later use pays; a probe that
+ * did is tried again soon. A probe's time replaces the figure (stream_cost_sample).
  */
 static void stream_way_sample(hccl_stream_t *s, bool pulled, int64_t ns, size_t len, bool cold)
 {
@@ -435,8 +435,8 @@ static void stream_deliver(hccl_xfer_t *x, const char *data)
 char *hccl_stream_bounce(hccl_stream_t *s)
 {
     if (!s->bounce) {
-        /* Page-aligned: single-copy reads into it (shm_io_rndv_read) ran 3.7x slower into a
-         * buffer 16 bytes off a page (2 ranks, 128 KiB reads, the kernel's page-wise copy). */
+        /* Page-aligned: the kernel copies page by page, and single-copy reads into it
+         * (shm_io_rndv_read) are much slower into a buffer off a page (docs/performance.md). */
         s->bounce = hccl_aligned_alloc(4096, HCCL_STREAM_BOUNCE);
         if (!s->bounce)
             HCCL_FAIL(hcclSystemError, "rank %d: out of memory for a receive buffer", s->rank);

@@ -107,8 +107,8 @@ struct hccl_stream {
      * An RTS message of at most this many bytes whose receive is posted may be pulled through
      * the wire (PULL, then DATA) instead of read single-copy: the sender's copy into the wire
      * runs on its own core, in parallel with the receiver's use of it. Which is faster depends
-     * on where the two processes run (pulling is 1.5-3x faster where the cores share a cache,
-     * and 1.5-4x slower where they do not, on the same machine minutes apart): the receiver
+     * on where the two processes run (pulling wins where the cores share a cache and loses
+     * where they do not, and that can change while a job runs: docs/performance.md): the receiver
      * times both ways (ns per byte, moving averages) and takes the faster, trying the other
      * now and then (the more rarely, the slower it was: stream.c) so that a change is seen;
      * such a probe's time replaces the other way's figure. 0 = never pull.

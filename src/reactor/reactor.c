@@ -332,7 +332,7 @@ void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post)
      * Nobody runs the reactor's work now: start it on this thread, so that its first sends go
      * out at once instead of after the progress thread's wake-up. What it then waits for
      * wakes the progress thread as any message does: the flags are cleared first. Not where
-     * ranks share cores: there it measured more context switches per collective, not fewer.
+     * ranks share cores: there it makes more context switches per collective, not fewer.
      */
     if (outer != r && r->drivable && !r->cores_shared && reactor_idle(r) &&
         pthread_mutex_trylock(&r->prog_mtx) == 0) {

@@ -22,9 +22,9 @@ struct hccl_exec {
     int npool;
     /*
      * One scratch larger than EXEC_KEEP_SCRATCH, kept for the next run that needs as much:
-     * reallocating it each time cost every call a page fault per 4 KiB (a 64 MiB ReduceScatter
-     * at 4 ranks, whose ring keeps 32 MiB of partial sums, spent a quarter of its time
-     * faulting). Sized by the largest need so far; freed with the executor.
+     * reallocating it each time cost every call a page fault per 4 KiB, a large share of a
+     * big collective's time (docs/performance.md). Sized by the largest need so far; freed
+     * with the executor.
      */
     void *big;
     size_t big_cap;
@@ -403,9 +403,9 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
     x->arg = run;
     x->res = hcclInProgress;
     /* Not where the data is sent on (read again soon), nor where this rank only receives: its
-     * copies then run beside the sender's, and streamed they were slower (Broadcast at 2 ranks,
-     * 16-64 MiB: 0.85-0.9x). Reduces and copies stream even where their result is sent on:
-     * keeping those plain was 0.92-1.01x at 2 ranks, 8-64 MiB. */
+     * copies then run beside the sender's, and streamed they are slower. Reduces and copies
+     * stream even where their result is sent on: keeping those plain gains nothing
+     * (docs/performance.md). */
     x->store = !is_send && run->store && !(s->flags & HCCL_STEP_FORWARDED) && run->plan->nsends > 0;
     if (!is_send) {
         uint32_t rid = run_fusable_reduce(run, s, c);
@@ -526,10 +526,9 @@ static size_t run_footprint(const hccl_plan_t *p, const void *sendbuf, const voi
  * them through the wire: where the plan only moves data and this rank sends as it receives,
  * over buffers of at least half its share of the cache (store_min). A pull is two copies,
  * one on each CPU, and in an exchange both CPUs are busy with the other direction; once the
- * buffers leave the cache, the single read costs less. 2 ranks, against the pull-or-read
- * choice by timing (two sets of 8 paired runs): AlltoAll 1.1-1.6x at 4-32 MiB, AllGather
- * 1.1-1.3x at 8-32 MiB, both 0.92-1.34 at 64 MiB; at 2-3 MiB, below the line, pulling was
- * 1.2-1.5x faster. Not where the received data is reduced (AllReduce 0.82-0.87x) or sent on.
+ * buffers leave the cache, the single read costs less, and below that line pulling is the
+ * faster (docs/performance.md). Not where the received data is reduced (there the read loses)
+ * or sent on.
  */
 static bool run_reads_direct(const hccl_exec_t *ex, const hccl_plan_t *plan, size_t footprint)
 {

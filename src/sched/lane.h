@@ -28,7 +28,7 @@
 #include "core/core.h"
 #include "reactor/reactor.h"
 
-/* Above this an operation is split (measured at 2-8 ranks on 2 cores: flat wins below). */
+/* Above this an operation is split; below it the flat way is faster (docs/performance.md). */
 #define HCCL_LANE_FLAT_MAX 8192
 
 typedef struct hccl_lane hccl_lane_t;
@@ -72,7 +72,7 @@ typedef struct {
     /* Broadcast and Reduce from rooted_min to rooted_max bytes: below, plans let the other
      * ranks run ahead of the root, where the lane holds everyone to the slowest (that wins only
      * where every rank has a CPU); above max_bytes, the plans' eager messages are what the
-     * receiver falls behind on (2 ranks: a 16 KiB Broadcast takes 13 us as a plan, 2 on the lane). */
+     * receiver falls behind on (docs/performance.md). */
     size_t rooted_min;
     size_t rooted_max;
     /* AlltoAll blocks of at least this many bytes are read from the caller's buffer

@@ -12,15 +12,15 @@
 #define CHOICE_PROBE_OPS 32
 #define CHOICE_PROBE_NS (50 * 1000 * 1000)
 #define CHOICE_MARGIN 0.9
-/* Above this the grouped way's extra pass over the data costs more than it saves (measured:
- * 0.78-0.96x at 4-16 MiB, whether copies between the CPUs are slow or not). */
+/* Above this the grouped way's extra pass over the data costs more than it saves, whether
+ * copies between the CPUs are slow or not (docs/performance.md). */
 #define CHOICE_GROUPED_MAX (2u << 20)
 
 /*
  * Rank 0's figures for one size class of split AllReduce: ns per byte from an operation's
- * publication to the next one's, plain [0] and grouped [1]. Single operations vary 2-5x where
- * four ranks share a CPU, so the other way is tried for a run of operations, whose middle
- * samples replace its figure.
+ * publication to the next one's, plain [0] and grouped [1]. Single operations vary widely
+ * where several ranks share a CPU, so the other way is tried for a run of operations, whose
+ * middle samples replace its figure.
  */
 struct lane_choice {
     double ns_per_byte[2];
@@ -48,13 +48,13 @@ static int mode_class(size_t bytes)
 static bool choice_next(lane_choice_t *c, int64_t gap_ns, bool *probe)
 {
     /* Grouped only by a margin: where the two ways are close, four noisy samples would pick
-     * the one with the extra pass (measured: 0.93-0.96x at 8 ranks in fast minutes without). */
+     * the one with the extra pass, which is then the slower (docs/performance.md). */
     bool best = c->ns_per_byte[1] != 0 && c->ns_per_byte[1] < CHOICE_MARGIN * c->ns_per_byte[0];
 
     *probe = false;
     /* A class first runs plain for CHOICE_PROBE_OPS operations and gap_ns: the grouped way's
-     * first try costs (its first operations fault pages in: 3-4x a plain one, 20% of a
-     * benchmark's 30 calls of 1 MiB at 8 ranks), which a class used only briefly never repays. */
+     * first try costs (its first operations fault pages in, each several times a plain one:
+     * docs/performance.md), which a class used only briefly never repays. */
     if (++c->decided == 1)
         c->probed_ns = hccl_now_ns();
     if (c->decided < CHOICE_PROBE_OPS)
@@ -124,8 +124,9 @@ static double median4(const double *v)
  * Rank 0, as it publishes op: the lane operation just before it, if of the same class, took
  * from its publication to op's. That includes whatever the caller did in between, the same for
  * both ways on average, but also the time until the other ranks were done with it, which the
- * time to its own result misses (measured: half of the period at 8 ranks on 2 CPUs). An
- * operation followed by another class, or by another kind of lane operation, is not timed.
+ * time to its own result misses (a large part of it where ranks share CPUs:
+ * docs/performance.md). An operation followed by another class, or by another kind of lane
+ * operation, is not timed.
  */
 static void choice_record(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t bytes, int64_t now)
 {
@@ -145,8 +146,8 @@ static void choice_record(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t by
             c->probe_n = 0;
         }
     } else if (last->warm) {
-        /* One call in a hundred takes 10-20x the others (a rank that lost its turn on a
-         * shared CPU): clipped, so that one does not swing the choice. */
+        /* A rare call takes many times the others (a rank that lost its turn on a shared
+         * CPU): clipped to twice the figure, so that one does not swing the choice. */
         if (*f != 0 && sample > 2 * *f)
             sample = 2 * *f;
         *f = *f == 0 ? sample : *f + (sample - *f) / 8;

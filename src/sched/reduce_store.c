@@ -1,8 +1,7 @@
 /*
  * hccl_reduce_store: a reduction whose results bypass the cache, for results larger than it.
  * Loads and streaming stores must interleave: reducing a tile in L1 and then streaming it out
- * was no faster than hccl_reduce (fp32 sum, one thread, 16 MiB: 10.4 against 10.3 GB/s), where
- * one pass is 1.2-1.4x (16 MiB: 12.3-14.1 against 9.6-10.7; 64 MiB: 8.9-9.7 against 7.4-8.0).
+ * is no faster than hccl_reduce, where one pass that does both is (docs/performance.md).
  * Only fp32 and fp64 sum (and avg, which sums) have such a pass; the other types and ops
  * reduce as hccl_reduce does.
  *

@@ -46,8 +46,8 @@ struct run_rank {
 
 /* --bind: core (the default) pins rank i to the launcher's (i mod count)-th CPU: with a CPU
  * per rank, ranks that wait by polling never share a core; with more ranks, each core gets
- * its even share for good (4 ranks on 2 cores, 8-byte AllReduce: 2.8-3.3 us against 2.8-3.9
- * unbound; 8 ranks: 7.0-7.3 against 7.7-8.4). auto pins only with a CPU per rank. */
+ * its even share for good, which runs small collectives at least as fast as unbound ranks
+ * (docs/performance.md). auto pins only with a CPU per rank. */
 enum { BIND_AUTO, BIND_CORE, BIND_NONE };
 
 struct run_opts {

@@ -211,8 +211,7 @@ static void shm_io_kick(hccl_stream_t *s)
 
     /* A thread that polls finds the read (shm_poll looks at rndv_head): a timer added from
      * it would wake the progress thread through libevent's notification, only to contend
-     * for the reactor with it (2 ranks, 256 KiB AllReduces read single-copy: three futex
-     * calls and a wake-up each). */
+     * for the reactor with it (futex calls and a wake-up per read: docs/performance.md). */
     if (hccl_reactor_polled(sc->ctx->env->reactor))
         return;
     if (sc->ctx->more_ev)
@@ -426,12 +425,10 @@ static bool shm_cpus_own(const shm_ctx_t *ctx)
 
 /*
  * Where every rank of this host is pinned to a CPU of its own, each receiver drains its rings
- * as they fill, and a 2 MiB ring keeps the copies through it in cache (2 ranks, medians of 5
- * interleaved runs: a 4 MiB AllReduce in 462 us instead of 587, 256 KiB in 21 instead of 31,
- * 64 MiB 6% slower); where ranks may share a CPU, the whole ring holds what a receiver off its
- * CPU has not read yet (4 ranks on 2 CPUs with HCCL_BUFFSIZE=1M: a 4 MiB AllReduce took 5.2 ms
- * instead of 2.8). Every rank of the host computes the same from the cards, as both ends of a
- * ring must.
+ * as they fill, and a 2 MiB ring keeps the copies through it in cache, which pays for all but
+ * the largest messages; where ranks may share a CPU, the whole ring holds what a receiver off
+ * its CPU has not read yet (docs/performance.md). Every rank of the host computes the same
+ * from the cards, as both ends of a ring must.
  */
 static size_t shm_ring_window(const shm_ctx_t *ctx, bool cpus_own)
 {
