@@ -7,6 +7,9 @@
  *
  * Thread safety: every call is thread-safe. Within one communicator all ranks
  * must post collectives in the same order.
+ *
+ * This header is the reference. The rules that hold across calls are in
+ * docs/api.md, how to use them in docs/user-guide.md.
  */
 #ifndef HCCL_H
 #define HCCL_H
@@ -238,9 +241,13 @@ HCCL_API hcclResult_t hcclTest(hcclRequest_t *req, int *done);
 /* Waits for all n (NULL entries skipped); the first error wins; all are set to NULL. */
 HCCL_API hcclResult_t hcclWaitAll(int n, hcclRequest_t *reqs);
 /*
- * fn runs once, on the communicator's reactor thread, when req completes
- * (at once, on the caller's thread, if it already has), and has returned
- * before hcclWait/hcclTest report req done. It must not block.
+ * fn runs once when req completes, on the thread running the communicator's
+ * progress at that moment: its progress thread, or a thread of the caller's
+ * that drives it (one waiting in hcclWait or a blocking call, one whose Async
+ * call found it idle, or the loop given as eventBase; docs/user-guide.md,
+ * Callbacks). If req has already completed, fn runs at once on the caller's
+ * thread. fn has returned before hcclWait/hcclTest report req done. It must
+ * not block. One callback per request.
  */
 HCCL_API hcclResult_t hcclRequestSetCallback(hcclRequest_t req,
                                              void (*fn)(hcclRequest_t req, hcclResult_t result,

@@ -293,7 +293,7 @@ static double bus_factor(int coll, int n)
     }
 }
 
-/* Where the call reads and writes for buffer set k; in place per API.md's rules. */
+/* Where the call reads and writes for buffer set k; in place per the API's rules (docs/api.md). */
 static void buffers(perf_t *p, int coll, int in_place, const shape_t *s, int k, void **sb, void **rb)
 {
     size_t es = p->o->dt->size;

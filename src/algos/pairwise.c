@@ -11,7 +11,7 @@
  * round barrier). Deadlock-free: a step only waits on earlier rounds of its
  * own rank, and both ends of an exchange belong to the same round and lane.
  *
- * AlltoAll(v) buffers never overlap (API.md), so sends and receives carry no
+ * AlltoAll(v) buffers never overlap (docs/api.md), so sends and receives carry no
  * data hazard; the lane edges are the whole DAG.
  */
 #include "algos/algos.h"

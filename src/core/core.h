@@ -179,6 +179,15 @@ typedef struct hccl_params {
 hcclResult_t hccl_params_load(hccl_params_t *p, const hcclConfig_t *config);
 /* Parses a positive/zero integer environment value; returns def (and warns) when malformed. */
 long hccl_param_env_long(const char *name, long def);
+/* One HCCL_* variable: its default as docs/env.md shows it, and one line of doc. */
+typedef struct {
+    const char *name;
+    const char *def;
+    const char *doc;
+} hccl_param_info_t;
+/* The table of every known HCCL_* variable, for the docs check; NULL past the end. */
+size_t hccl_param_count(void);
+const hccl_param_info_t *hccl_param_at(size_t i);
 
 /* ---- sockets (socket.c) ---- */
 

@@ -11,17 +11,55 @@
 
 extern char **environ;
 
-/* Every variable the library knows, so that a misspelt one gets a warning. */
-static const char *const known_vars[] = {
-    "HCCL_DEBUG",        "HCCL_DEBUG_SUBSYS",  "HCCL_DEBUG_FILE", "HCCL_COMM_ID",
-    "HCCL_COMM_SECRET",  "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_ALGO",
-    "HCCL_BUFFSIZE",     "HCCL_LINKS",         "HCCL_SOCKET_IFNAME", "HCCL_NSOCKS",
-    "HCCL_TOPO_DUMP",    "HCCL_RANK_TABLE",    "HCCL_CHECK",      "HCCL_DUMP_ON_SIGNAL",
-    "HCCL_FAULT",        "HCCL_HOST_ID",       "HCCL_CMA_THRESHOLD", "HCCL_RUN_GRACE_S",
-    "HCCL_REDUCE_ISA",   "HCCL_RECV_REDUCE",   "HCCL_SHM_PULL_MAX", "HCCL_LANE_MAX",
-    "HCCL_COST_MODEL",   "HCCL_SPIN_US",       "HCCL_CALIBRATE",  "HCCL_TCP_OFFER_MIN",
-    "HCCL_IB_HCA",       "HCCL_IB_GID_INDEX",  "HCCL_STORE_MIN",
+/*
+ * Every variable the library (and hccl-run) knows, so that a misspelt one gets a warning: its
+ * default as docs/env.md shows it ("none": unset and unused, "auto": worked out at start) and
+ * one line of doc. tests/docs/check_env_doc.c holds docs/env.md to this table and these
+ * defaults to what hccl_params_load does.
+ */
+static const hccl_param_info_t params[] = {
+    {"HCCL_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
+    {"HCCL_DEBUG_SUBSYS", "ALL", "INFO/TRACE subsystems: INIT, LINK, SCHED, ALGO, REACTOR, ALL"},
+    {"HCCL_DEBUG_FILE", "stderr", "log file; %h host, %p pid, %r rank"},
+    {"HCCL_COMM_ID", "none", "rendezvous host:port for hcclCommInitGroup/InitFromEnv"},
+    {"HCCL_COMM_SECRET", "none", "hex secret guarding the hcclCommInitGroup rendezvous"},
+    {"HCCL_CONNECT_TIMEOUT", "120", "seconds for the rendezvous and link set-up"},
+    {"HCCL_EXEC_TIMEOUT", "0", "seconds a request may take; 0: no limit"},
+    {"HCCL_ALGO", "auto", "algorithm, or per collective: allreduce=ring;broadcast=tree"},
+    {"HCCL_BUFFSIZE", "4194304", "bytes of shm ring per peer (at least 4096, whole pages)"},
+    {"HCCL_LINKS", "all", "link kinds allowed: shm, tcp, rdma"},
+    {"HCCL_SOCKET_IFNAME", "auto", "interface or prefix for tcp; =name: exact"},
+    {"HCCL_NSOCKS", "1", "tcp sockets per peer (only 1 is supported)"},
+    {"HCCL_TOPO_DUMP", "none", "file for the topology and the tuner's picks as JSON; %r rank"},
+    {"HCCL_RANK_TABLE", "none", "not supported by this version: warns"},
+    {"HCCL_CHECK", "0", "1: compare every collective's signature across ranks first"},
+    {"HCCL_DUMP_ON_SIGNAL", "0", "1: SIGUSR1 logs the state of every communicator"},
+    {"HCCL_FAULT", "none", "test-only fault injection (kill, close, delay)"},
+    {"HCCL_HOST_ID", "auto", "host identity override"},
+    {"HCCL_CMA_THRESHOLD", "65536", "shm messages from this many bytes are offered single-copy"},
+    {"HCCL_RUN_GRACE_S", "3", "hccl-run: seconds the other ranks get after one fails"},
+    {"HCCL_REDUCE_ISA", "auto", "fp16/bf16 reduction kernels: auto or portable"},
+    {"HCCL_RECV_REDUCE", "1", "1: reduce a received chunk as it arrives"},
+    {"HCCL_SHM_PULL_MAX", "1048576", "offered shm messages up to this may go through the ring"},
+    {"HCCL_LANE_MAX", "auto", "one-host collectives with blocks up to this take the shm lane"},
+    {"HCCL_COST_MODEL", "auto", "tuner constants alpha_us,GB/s,reduce_GB/s"},
+    {"HCCL_SPIN_US", "50", "microseconds to poll without progress before sleeping"},
+    {"HCCL_CALIBRATE", "1", "1: time the links at start to set the tuner's constants"},
+    {"HCCL_TCP_OFFER_MIN", "262144", "tcp messages from this many bytes wait for the receiver"},
+    {"HCCL_IB_HCA", "all", "rdma devices and ports to use, NCCL syntax"},
+    {"HCCL_IB_GID_INDEX", "auto", "rdma GID index"},
+    {"HCCL_STORE_MIN", "auto", "buffers over this many bytes get streaming stores; 0: never"},
 };
+
+size_t hccl_param_count(void)
+{
+    return sizeof(params) / sizeof(params[0]);
+}
+
+const hccl_param_info_t *hccl_param_at(size_t i)
+{
+    return i < hccl_param_count() ? &params[i] : NULL;
+}
 
 /* Names of the API that this version does not act on yet: setting one warns instead of
  * silently doing nothing. */
@@ -40,8 +78,8 @@ static const char *const unsupported_vars[] = {
 #define HCCL_DEFAULT_TCP_OFFER_MIN (256u << 10)
 /* AllReduces up to HCCL_LANE_MAX take the shm lane (sched/lane.h); -1: the communicator's choice. */
 #define HCCL_DEFAULT_LANE_MAX (-1)
-/* A sleep and wake-up through an fd costs about 27 us here: polling up to twice that first
- * bounds the loss to a factor of two whatever the gap. */
+/* Polling first for about twice what a sleep and wake-up through an fd costs
+ * (docs/performance.md) bounds the loss to a factor of two whatever the gap. */
 #define HCCL_DEFAULT_SPIN_US 50
 
 int64_t hccl_now_ms(void)
@@ -112,13 +150,13 @@ static void warn_unknown_vars(void)
             continue;
         memcpy(name, *e, n);
         name[n] = '\0';
-        for (size_t i = 0; i < sizeof(known_vars) / sizeof(known_vars[0]); i++) {
-            size_t d = edit_distance(name, known_vars[i]);
+        for (size_t i = 0; i < hccl_param_count(); i++) {
+            size_t d = edit_distance(name, params[i].name);
             if (d == 0)
                 known = true;
             if (d < best) {
                 best = d;
-                closest = known_vars[i];
+                closest = params[i].name;
             }
         }
         if (!known)
