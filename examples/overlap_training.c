@@ -5,8 +5,11 @@
  *   hccl-run -n 2 ./overlap_training                         # a short run, checked
  *   hccl-run -n 4 ./overlap_training --iters 30 --width 768  # a longer one, to measure
  *
+ *   hccl-run -n 4 ./overlap_training --compute device        # compute on an "accelerator"
+ *
  * Options: --iters N (timed iterations per mode, at most 1000, default 4), --layers L (4),
- * --width W (neurons per layer, 384), --batch B (per rank, 8), --lr X (0.05).
+ * --width W (neurons per layer, 384), --batch B (per rank, 8), --lr X (0.05),
+ * --compute cpu|device (cpu).
  *
  * Every rank holds the same model (same seed) and trains on its own synthetic
  * data. The backward pass produces the gradients last layer first; as soon as
@@ -17,8 +20,16 @@
  * (no communication). The fraction of communication hidden is
  * ((b) - (a)) / ((b) - (c)): 1 when the AllReduces cost nothing beyond the
  * compute, 0 when overlapping gained nothing. Host-memory collectives need
- * CPU cycles too (copies and reductions), so the fraction depends on idle
- * cores: with more ranks than cores the communication competes with compute.
+ * CPU cycles too (copies and reductions), so with --compute cpu the fraction
+ * depends on idle cores: with more ranks than cores the communication competes
+ * with compute.
+ *
+ * --compute device models the frameworks this serves, where compute runs on an
+ * accelerator and the host's CPU is free meanwhile: each piece of compute (the
+ * forward pass, each layer's backward) becomes a wait of the duration the CPU
+ * took for it (measured first, the median of a few untimed steps), during which
+ * the CPU sleeps. The numbers are still computed, untimed, before each step's
+ * timeline starts, so the checks below hold in both modes.
  *
  * Checks: the loss goes down, and at the end every rank's weights are
  * bit-identical (a hash of them AllGathered and compared). Exit 1 otherwise.
@@ -47,6 +58,12 @@ static int g_rank = -1;
 #define MAX_LAYERS 16
 
 typedef enum { MODE_OVERLAP, MODE_SERIAL, MODE_COMPUTE } train_mode_t;
+
+/* How long each piece of compute takes (--compute device waits this long instead). */
+typedef struct {
+    double fwd_ms;
+    double bwd_ms[MAX_LAYERS]; /* layer l's gradient and the delta it hands to layer l - 1 */
+} compute_times_t;
 
 typedef struct {
     int layers, width, batch;
@@ -138,13 +155,33 @@ static float forward(mlp_t *m)
     return loss;
 }
 
-/* Backward from the last layer: each layer's gradient is handed to comm as soon as it exists. */
-static void backward(mlp_t *m, train_mode_t mode, hcclComm_t comm, hcclRequest_t *reqs)
+/* An accelerator's wait: the CPU sleeps until ms from now (a deadline, so that short waits
+ * are not lengthened by the time spent setting them up). */
+static void device_wait(double ms)
+{
+    struct timespec ts;
+    long long ns;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ns = (long long)ts.tv_nsec + (long long)(ms * 1e6);
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0)
+        ;
+}
+
+/*
+ * Backward from the last layer: each layer's gradient is handed to comm as soon as it exists.
+ * bwd_ms, if not NULL, gets each layer's compute time.
+ */
+static void backward(mlp_t *m, train_mode_t mode, hcclComm_t comm, hcclRequest_t *reqs,
+                     double *bwd_ms)
 {
     int w = m->width;
 
     for (int l = m->layers - 1; l >= 0; l--) {
         float *g = m->grad[l];
+        double t0 = now_ms();
 
         memset(g, 0, (size_t)w * w * sizeof(float));
         for (int b = 0; b < m->batch; b++) {
@@ -156,6 +193,8 @@ static void backward(mlp_t *m, train_mode_t mode, hcclComm_t comm, hcclRequest_t
             }
         }
         reqs[l] = NULL;
+        if (l == 0 && bwd_ms)
+            bwd_ms[l] = now_ms() - t0;
         if (mode != MODE_COMPUTE) {
             CHECK(hcclAllReduceAsync(g, g, (size_t)w * w, hcclFloat32, hcclAvg, comm, &reqs[l]));
             if (mode == MODE_SERIAL)
@@ -180,23 +219,61 @@ static void backward(mlp_t *m, train_mode_t mode, hcclComm_t comm, hcclRequest_t
         float *t = m->delta;
         m->delta = m->delta_prev;
         m->delta_prev = t;
+        if (bwd_ms)
+            bwd_ms[l] = now_ms() - t0;
     }
 }
 
-static float train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *seed)
+/* One step's timeline on an accelerator: the numbers are already in m (computed untimed);
+ * each piece of compute is a wait, each layer's gradient posted as its wait ends. */
+static void device_timeline(mlp_t *m, train_mode_t mode, hcclComm_t comm, hcclRequest_t *reqs,
+                            const compute_times_t *ct)
+{
+    device_wait(ct->fwd_ms);
+    for (int l = m->layers - 1; l >= 0; l--) {
+        device_wait(ct->bwd_ms[l]);
+        reqs[l] = NULL;
+        if (mode != MODE_COMPUTE) {
+            CHECK(hcclAllReduceAsync(m->grad[l], m->grad[l], (size_t)m->width * m->width,
+                                     hcclFloat32, hcclAvg, comm, &reqs[l]));
+            if (mode == MODE_SERIAL)
+                CHECK(hcclWait(&reqs[l]));
+        }
+    }
+}
+
+/*
+ * One step; *ms_p gets its time from a barrier that starts every rank together to the end of
+ * the update. With ct (--compute device) the numbers are computed before that barrier and the
+ * timeline waits instead; without, it computes.
+ */
+static float train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *seed,
+                        const compute_times_t *ct, double *ms_p)
 {
     hcclRequest_t reqs[MAX_LAYERS];
     /* Compute alone keeps the cost of the update but not its effect (w - 0 * g == w), so that
      * the ranks' models stay identical while the modes take turns. */
-    float loss, lr = mode == MODE_COMPUTE ? 0.0f : m->lr;
+    float loss = 0, lr = mode == MODE_COMPUTE ? 0.0f : m->lr;
+    double t0;
 
     next_batch(m, seed);
-    loss = forward(m);
-    backward(m, mode, comm, reqs);
+    if (ct) {
+        loss = forward(m);
+        backward(m, MODE_COMPUTE, comm, reqs, NULL);
+    }
+    CHECK(hcclBarrier(comm));
+    t0 = now_ms();
+    if (ct) {
+        device_timeline(m, mode, comm, reqs, ct);
+    } else {
+        loss = forward(m);
+        backward(m, mode, comm, reqs, NULL);
+    }
     CHECK(hcclWaitAll(m->layers, reqs)); /* the optimizer needs every averaged gradient */
     for (int l = 0; l < m->layers; l++)
         for (size_t i = 0; i < (size_t)m->width * m->width; i++)
             m->w[l][i] -= lr * m->grad[l][i];
+    *ms_p = now_ms() - t0;
     return loss;
 }
 
@@ -210,20 +287,18 @@ static int cmp_double(const void *a, const void *b)
 
 /* The three modes take turns, iteration by iteration, so that a change in the machine's load
  * touches all three alike; ms_p[mode] is the median time of an iteration in that mode. */
-static void time_modes(mlp_t *m, hcclComm_t comm, int iters, uint64_t *seed, double ms_p[3],
-                       float *first_loss, float *last_loss)
+static void time_modes(mlp_t *m, hcclComm_t comm, int iters, uint64_t *seed,
+                       const compute_times_t *ct, double ms_p[3], float *first_loss,
+                       float *last_loss)
 {
     static double t[3][MAX_ITERS];
+    double warm_ms;
 
-    *first_loss = train_step(m, MODE_SERIAL, comm, seed); /* warm-up: plans built, pages touched */
+    /* warm-up: plans built, pages touched */
+    *first_loss = train_step(m, MODE_SERIAL, comm, seed, ct, &warm_ms);
     for (int it = 0; it < iters; it++) {
         for (int mode = 0; mode < 3; mode++) {
-            double t0;
-            float loss;
-            CHECK(hcclBarrier(comm)); /* every rank starts the iteration together */
-            t0 = now_ms();
-            loss = train_step(m, (train_mode_t)mode, comm, seed);
-            t[mode][it] = now_ms() - t0;
+            float loss = train_step(m, (train_mode_t)mode, comm, seed, ct, &t[mode][it]);
             if (mode != MODE_COMPUTE)
                 *last_loss = loss;
         }
@@ -232,6 +307,34 @@ static void time_modes(mlp_t *m, hcclComm_t comm, int iters, uint64_t *seed, dou
         qsort(t[mode], (size_t)iters, sizeof(double), cmp_double);
         ms_p[mode] = t[mode][iters / 2];
     }
+}
+
+/* The CPU's time for each piece of compute: medians of 5 steps that compute alone (lr 0, so
+ * the model does not change). The ranks agree on the largest, so that every rank's device is
+ * as fast as the slowest rank's CPU and the ranks wait for no one but the network. */
+static void measure_compute(mlp_t *m, hcclComm_t comm, uint64_t *seed, compute_times_t *ct)
+{
+    enum { N = 5 };
+    double t[MAX_LAYERS + 1][N];
+    hcclRequest_t reqs[MAX_LAYERS];
+
+    for (int k = 0; k < N; k++) {
+        double t0 = now_ms();
+        next_batch(m, seed);
+        forward(m);
+        t[MAX_LAYERS][k] = now_ms() - t0;
+        double bwd[MAX_LAYERS];
+        backward(m, MODE_COMPUTE, comm, reqs, bwd);
+        for (int l = 0; l < m->layers; l++)
+            t[l][k] = bwd[l];
+    }
+    qsort(t[MAX_LAYERS], N, sizeof(double), cmp_double);
+    ct->fwd_ms = t[MAX_LAYERS][N / 2];
+    for (int l = 0; l < m->layers; l++) {
+        qsort(t[l], N, sizeof(double), cmp_double);
+        ct->bwd_ms[l] = t[l][N / 2];
+    }
+    CHECK(hcclAllReduce(ct, ct, 1 + MAX_LAYERS, hcclFloat64, hcclMax, comm));
 }
 
 static uint64_t weights_hash(const mlp_t *m)
@@ -249,7 +352,8 @@ static uint64_t weights_hash(const mlp_t *m)
 int main(int argc, char **argv)
 {
     mlp_t m = {.layers = 4, .width = 384, .batch = 8, .lr = 0.05f};
-    int iters = 4, n, failed = 0;
+    int iters = 4, n, failed = 0, device = 0;
+    compute_times_t ct;
     double ms[3], t_overlap, t_serial, t_compute;
     float loss0, loss1;
     uint64_t seed, hashes[1024], mine;
@@ -266,13 +370,17 @@ int main(int argc, char **argv)
             m.batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--lr"))
             m.lr = (float)atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--compute") && !strcmp(argv[i + 1], "cpu"))
+            device = 0;
+        else if (!strcmp(argv[i], "--compute") && !strcmp(argv[i + 1], "device"))
+            device = 1;
         else
             break;
     }
     if (argc % 2 == 0 || iters < 1 || iters > MAX_ITERS || m.layers < 1 || m.layers > MAX_LAYERS ||
         m.width < 1 || m.batch < 1) {
-        fprintf(stderr, "usage: %s [--iters N] [--layers 1..%d] [--width W] [--batch B] [--lr X]\n",
-                argv[0], MAX_LAYERS);
+        fprintf(stderr, "usage: %s [--iters N] [--layers 1..%d] [--width W] [--batch B] [--lr X] "
+                "[--compute cpu|device]\n", argv[0], MAX_LAYERS);
         return 2;
     }
     CHECK(hcclCommInitFromEnv(&comm));
@@ -295,7 +403,9 @@ int main(int argc, char **argv)
     seed = 0x9e3779b97f4a7c15ull * (uint64_t)(g_rank + 1); /* each rank its own data */
 
     mlp_init_weights(&m);
-    time_modes(&m, comm, iters, &seed, ms, &loss0, &loss1);
+    if (device)
+        measure_compute(&m, comm, &seed, &ct);
+    time_modes(&m, comm, iters, &seed, device ? &ct : NULL, ms, &loss0, &loss1);
     t_overlap = ms[MODE_OVERLAP];
     t_serial = ms[MODE_SERIAL];
     t_compute = ms[MODE_COMPUTE];
@@ -331,8 +441,9 @@ int main(int argc, char **argv)
     if (g_rank == 0) {
         double mib = (double)m.layers * m.width * m.width * sizeof(float) / (1 << 20);
         printf("overlap_training: %d ranks, %d layers of %dx%d, batch %d per rank, %.2f MiB of "
-               "gradients per step, %d timed iterations per mode (medians, modes interleaved)\n",
-               n, m.layers, m.width, m.width, m.batch, mib, iters);
+               "gradients per step, %d timed iterations per mode (medians, modes interleaved), "
+               "compute on the %s\n",
+               n, m.layers, m.width, m.width, m.batch, mib, iters, device ? "device" : "cpu");
         printf("  (a) overlapped  %8.2f ms/iter\n", t_overlap);
         printf("  (b) serial      %8.2f ms/iter\n", t_serial);
         printf("  (c) compute     %8.2f ms/iter\n", t_compute);

@@ -67,6 +67,14 @@ overlap_training)
     has "^\[0\]:   communication hidden: "
     has "weights bit-identical on all 2 ranks: yes$"
     ;;
+overlap_training_device)
+    launch 4 "$dir/overlap_training" --iters 2 --width 256 --compute device
+    passed
+    has "compute on the device$"
+    has "^\[0\]:   \(a\) overlapped +[0-9.]+ ms/iter$"
+    has "^\[0\]:   communication hidden: "
+    has "weights bit-identical on all 4 ranks: yes$"
+    ;;
 event_loop)
     launch 2 "$dir/event_loop" --steps 2 --mib 64
     passed
