@@ -21,6 +21,9 @@
 # BENCH_OUT (default bench/results/<stamp>), BENCH_QUIET_PCT (25),
 # BENCH_QUIET_WAIT (seconds, quick 10, full 20), BENCH_BASELINE (default: the newest
 # bench/baselines/*.csv; table.md ends with the run against it).
+# Every library but gloo also runs as LIB-async (hccl-async, hccl-tcp-async, ompi-async, ...):
+# its non-blocking calls, each waited at once (Async + hcclWait; MPI_I* + MPI_Wait), e.g.
+# BENCH_LIBS="hccl hccl-async ompi ompi-async".
 set -euo pipefail
 
 mode=${1:-quick}
@@ -111,7 +114,7 @@ fi
 
 # Which libraries can run: a missing toolchain drops its library.
 have_lib() {
-    case $1 in
+    case ${1%-async} in
     hccl | hccl-tcp) [[ -x $hccl_perf ]] ;;
     ompi | ompi-tcp) [[ -x $build/mpi_perf.ompi ]] ;;
     mpich | mpich-tcp) [[ -x $build/mpi_perf.mpich ]] ;;
@@ -193,6 +196,12 @@ wrap=()
 launch() {
     local lib=$1 n=$2
     shift 2
+    # LIB-async: the same library through its non-blocking calls, each waited at once
+    # (hccl: Async + hcclWait; MPI: MPI_I* + MPI_Wait). The flag comes last, so it wins.
+    if [[ $lib == *-async ]]; then
+        launch "${lib%-async}" "$n" "$@" -z 0
+        return
+    fi
     local ompi=(mpirun.openmpi --allow-run-as-root -np "$n" --mca btl_tcp_if_include lo
         --mca oob_tcp_if_include lo)
     if ((n > cores)); then
@@ -261,7 +270,7 @@ run_lib() {
     launch "$lib" "$n" -C "$colls" "${sizes[@]}" -T "$budget" -w "$warm" -c $((r == 1)) -d float32 -o sum --csv \
         >"$f.csv" 2>"$f.log" || rc=$?
     # Hydra's cleanup after ranks that skipped MPI_Finalize: the rows are complete
-    if ((rc != 0 && rc != 124)) && [[ $lib == mpich-tcp ]] && grep -q "all rows written" "$f.log"; then
+    if ((rc != 0 && rc != 124)) && [[ ${lib%-async} == mpich-tcp ]] && grep -q "all rows written" "$f.log"; then
         rc=0
     fi
     return "$rc"
@@ -307,7 +316,7 @@ run_limits() {
     tail -n +2 "$out/logs/limits_r$1.csv" | sed "s/^/$1,/" >>"$out/limits.csv"
 }
 runs_at() { # LIB N: does LIB run at N ranks?
-    ((${2} <= cores)) || [[ " $skip_oversub " != *" $1 "* ]]
+    ((${2} <= cores)) || [[ " $skip_oversub " != *" ${1%-async} "* ]]
 }
 for ((rep = 1; rep <= reps; rep++)); do
     log "repetition $rep of $reps: limits"

@@ -14,9 +14,16 @@ import sys
 from collections import defaultdict
 
 COLLS = ["allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall"]
-LIBS = ["hccl", "hccl-tcp", "ompi", "ompi-tcp", "mpich", "mpich-tcp", "gloo"]
+LIBS = ["hccl", "hccl-async", "hccl-tcp", "hccl-tcp-async", "ompi", "ompi-async", "ompi-tcp",
+        "ompi-tcp-async", "mpich", "mpich-async", "mpich-tcp", "mpich-tcp-async", "gloo"]
 PEERS = ["ompi", "ompi-tcp", "mpich", "mpich-tcp", "gloo"]
 TCP_PEERS = ["ompi-tcp", "mpich-tcp", "gloo"]
+# The non-blocking runs (LIB-async: Async + hcclWait, MPI_I* + MPI_Wait) against each other.
+ASYNC_PEERS = ["ompi-async", "ompi-tcp-async", "mpich-async", "mpich-tcp-async"]
+TCP_ASYNC_PEERS = ["ompi-tcp-async", "mpich-tcp-async"]
+# (hccl's run, the peers it is set against, the column's name for them)
+PAIRS = [("hccl", PEERS, "best"), ("hccl-tcp", TCP_PEERS, "best tcp"),
+         ("hccl-async", ASYNC_PEERS, "best async"), ("hccl-tcp-async", TCP_ASYNC_PEERS, "best tcp async")]
 SMALL = 1024  # below this, tables show times (latency) instead of busbw
 LARGE = 64 << 10  # from this size on, busbw is set against the machine's limits
 
@@ -150,17 +157,18 @@ def main():
 
     # ---- headline: ratios
     p("## hccl / best peer\n")
+    pairs = [(lib, peers, name) for lib, peers, name in PAIRS if lib in libs]
     for coll in colls:
         p(f"### {coll}\n")
         hdr = ["size"]
         for n in nranks:
-            hdr += [f"{n} ranks: hccl / best", f"{n} ranks: hccl-tcp / best tcp"]
+            hdr += [f"{n} ranks: {lib} / {name}" for lib, _, name in pairs]
         p("| " + " | ".join(hdr) + " |")
         p("|" + "---|" * len(hdr))
         for size in sorted({k[3] for k in med if k[1] == coll}):
             cells = [human(size)]
             for n in nranks:
-                for lib, peers in (("hccl", PEERS), ("hccl-tcp", TCP_PEERS)):
+                for lib, peers, _ in pairs:
                     m = med.get((lib, coll, n, size))
                     bp, bm = best_of(med, peers, coll, n, size)
                     if m is None or bm is None or m["time_us"] <= 0:
@@ -169,6 +177,25 @@ def main():
                         cells.append(f"{bm['time_us'] / m['time_us']:.2f} ({bp})")
             p("| " + " | ".join(cells) + " |")
         p("")
+
+    # ---- async against blocking, hccl's own
+    if any(lib.endswith("-async") and lib.startswith("hccl") for lib in libs):
+        p("## hccl: Async + hcclWait against the blocking call (time ratio, below 1.25 is the goal)\n")
+        for coll in colls:
+            p(f"### {coll}\n")
+            kinds = [k for k in ("hccl", "hccl-tcp") if k in libs and k + "-async" in libs]
+            hdr = ["size"] + [f"{n} ranks: {k}" for n in nranks for k in kinds]
+            p("| " + " | ".join(hdr) + " |")
+            p("|" + "---|" * len(hdr))
+            for size in sorted({k[3] for k in med if k[1] == coll}):
+                cells = [human(size)]
+                for n in nranks:
+                    for k in kinds:
+                        a, b = med.get((k + "-async", coll, n, size)), med.get((k, coll, n, size))
+                        cells.append("-" if not a or not b or b["time_us"] <= 0 else
+                                     f"{a['time_us'] / b['time_us']:.2f}")
+                p("| " + " | ".join(cells) + " |")
+            p("")
 
     # ---- fraction of the limit
     p("## hccl busbw as % of the machine's limit\n")

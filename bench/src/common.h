@@ -46,6 +46,9 @@ struct opts {
                                collective's sweep (peers only: oversubscribed
                                peers can need seconds per call)          */
     int csv;                /* --csv                                     */
+    int blocking;           /* -z 1 blocking calls (default); 0: the
+                               non-blocking form + wait (MPI_I*, where the
+                               library has one)                          */
 };
 
 static size_t parse_bytes(const char *s)
@@ -76,7 +79,8 @@ static const char *parse_opts(int argc, char **argv, struct opts *o)
     int c;
     memset(o, 0, sizeof *o);
     o->minb = 8, o->maxb = 256u << 20, o->factor = 2, o->iters = 20, o->warm = 5, o->check = 1, o->guard = 5;
-    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:T:G:", lo, NULL)) != -1) {
+    o->blocking = 1;
+    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:T:G:z:", lo, NULL)) != -1) {
         switch (c) {
         case 'C': colls = optarg; break;
         case 'b': o->minb = parse_bytes(optarg); break;
@@ -91,8 +95,9 @@ static const char *parse_opts(int argc, char **argv, struct opts *o)
         case 'T': o->budget = atof(optarg); break;
         case 'G': o->guard = atof(optarg); break;
         case 'S': o->csv = 1; break;
+        case 'z': o->blocking = atoi(optarg) != 0; break;
         default: return "usage: -C colls -b min -e max -f factor -n iters -w warm -c 0|1 "
-                        "-r root -T secs -G secs --csv";
+                        "-r root -T secs -G secs -z 0|1 --csv";
         }
     }
     if (o->minb < 1 || o->maxb < o->minb || o->factor <= 1 || o->iters < 1 || o->warm < 0)

@@ -9,17 +9,38 @@
  * (and timed: -G), -w warm-up calls (their mean, on the slowest rank, sizes
  * -T), a barrier, the timed calls, a second check.  The algo column says "default": the
  * MPI picks its algorithm itself (Open MPI's coll/tuned, MPICH's CVARs).
+ * -z 0 times the non-blocking forms (MPI_Iallreduce & co.) each followed by
+ * MPI_Wait, the counterpart of hccl-perf's Async + hcclWait.
  */
 #include <mpi.h>
 #include <unistd.h>
 
 #include "common.h"
 
-static int me, np;
+static int me, np, blocking = 1;
+
+/* The non-blocking form of run's call, then MPI_Wait. */
+static void run_nb(int coll, const float *s, float *r, int c, int root)
+{
+    MPI_Request q = MPI_REQUEST_NULL;
+    switch (coll) {
+    case ALLREDUCE: MPI_Iallreduce(s, r, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q); break;
+    case BROADCAST: MPI_Ibcast(r, c, MPI_FLOAT, root, MPI_COMM_WORLD, &q); break;
+    case REDUCE: MPI_Ireduce(s, r, c, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &q); break;
+    case ALLGATHER: MPI_Iallgather(s, c, MPI_FLOAT, r, c, MPI_FLOAT, MPI_COMM_WORLD, &q); break;
+    case REDUCESCATTER: MPI_Ireduce_scatter_block(s, r, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q); break;
+    case ALLTOALL: MPI_Ialltoall(s, c, MPI_FLOAT, r, c, MPI_FLOAT, MPI_COMM_WORLD, &q); break;
+    }
+    MPI_Wait(&q, MPI_STATUS_IGNORE);
+}
 
 static void run(int coll, const float *s, float *r, size_t chunk, int root)
 {
     int c = (int)chunk;
+    if (!blocking) {
+        run_nb(coll, s, r, c, root);
+        return;
+    }
     switch (coll) {
     case ALLREDUCE: MPI_Allreduce(s, r, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
     case BROADCAST: MPI_Bcast(r, c, MPI_FLOAT, root, MPI_COMM_WORLD); break;
@@ -49,6 +70,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
+    blocking = o.blocking;
 
     /* One pair of buffers for the largest case, touched once so that page
      * faults stay out of the timings. */
