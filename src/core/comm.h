@@ -58,6 +58,9 @@ void hccl_id_from_addr(hccl_id_t *id, const hccl_sockaddr_t *addr);
 
 /* topo.c: our host identity (HCCL_HOST_ID, else hostname + boot id + network namespace). */
 void hccl_topo_host_id(const hccl_params_t *p, char *out, size_t len);
+/* The launcher's name for this host (PMIx), used instead of the hostname by the communicators
+ * this thread forms until it is set back to NULL; the caller keeps name alive meanwhile. */
+void hccl_topo_set_launcher_host(const char *name);
 /* The largest cache sysfs lists for CPU 0, in bytes (0: none listed). Not sysconf: on virtual
  * machines the CPU may report a size far from the real cache's. */
 size_t hccl_topo_llc_bytes(void);

@@ -100,10 +100,18 @@ size_t hccl_topo_llc_bytes(void)
     return best;
 }
 
+/* Per thread: the PMIx bootstrap sets it only around the communicator it forms. */
+static _Thread_local const char *launcher_host;
+
+void hccl_topo_set_launcher_host(const char *name)
+{
+    launcher_host = name;
+}
+
 /*
- * Two ranks are on one host when they share the hostname, the kernel boot
- * and the network namespace: ranks in separate namespaces are treated as
- * separate hosts, which is how tests build several hosts on one machine.
+ * Two ranks are on one host when they share the hostname (under PMIx, the launcher's node
+ * name), the kernel boot and the network namespace: ranks in separate namespaces are treated
+ * as separate hosts, which is how tests build several hosts on one machine.
  */
 void hccl_topo_host_id(const hccl_params_t *p, char *out, size_t len)
 {
@@ -114,7 +122,10 @@ void hccl_topo_host_id(const hccl_params_t *p, char *out, size_t len)
         snprintf(out, len, "%s", p->host_id);
         return;
     }
-    gethostname(host, sizeof(host) - 1);
+    if (launcher_host)
+        snprintf(host, sizeof(host), "%s", launcher_host);
+    else
+        gethostname(host, sizeof(host) - 1);
     read_first_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
     n = readlink("/proc/self/ns/net", netns, sizeof(netns) - 1);
     netns[n > 0 ? n : 0] = '\0';
