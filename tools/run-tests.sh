@@ -8,6 +8,10 @@ need=()
 for pkg in gcc make cmake pkg-config libevent-dev libcmocka-dev procps iproute2 libibverbs-dev librdmacm-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
+# The launchers of the mpirun and srun tests (tests/mp/pmix_test.sh, slurm_test.sh).
+for pkg in openmpi-bin libpmix-dev slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
 # clang builds the fuzz targets; without it (and not root) they are skipped, saying so.
 if ! command -v clang >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
   need+=(clang)
