@@ -322,7 +322,7 @@ hcclResult_t hccl_pmix_comm_init(hcclComm_t *comm_p)
     pmix_proc_t me;
     pmix_value_t *val;
     int size, local_rank = -1;
-    int64_t t0 = hccl_now_ms();
+    int64_t t0 = hccl_now_ms(), t_init;
     hcclResult_t res;
 
     HCCL_CHECK(hccl_params_load(&p, NULL));
@@ -330,6 +330,7 @@ hcclResult_t hccl_pmix_comm_init(hcclComm_t *comm_p)
     HCCL_CHECK_GOTO(pmix_init(&me), res, err_unlock);
     hccl_log_set_rank((int)me.rank);
     HCCL_CHECK_GOTO(pmix_job_size(&me, &size), res, err_unlock);
+    t_init = hccl_now_ms();
     /* The launcher's node name is the host identity's first part, where PMIx knows it. */
     if ((val = pmix_get_optional(&me, PMIX_HOSTNAME))) {
         if (val->type == PMIX_STRING && val->data.string)
@@ -348,9 +349,9 @@ hcclResult_t hccl_pmix_comm_init(hcclComm_t *comm_p)
     if (me.rank != 0)
         HCCL_CHECK_GOTO(pmix_fetch(&me, key, p.connect_timeout_ms, &uid), res, err_unlock);
     pthread_mutex_unlock(&pmix_mtx);
-    HCCL_INFO(HCCL_SUB_INIT, "rank %u of %d from PMIx (namespace %s, host %s, local rank %d), unique id "
-              "exchanged in %lld ms", me.rank, size, me.nspace, host[0] ? host : "unknown", local_rank,
-              (long long)(hccl_now_ms() - t0));
+    HCCL_INFO(HCCL_SUB_INIT, "rank %u of %d from PMIx (namespace %s, host %s, local rank %d): PMIx_Init "
+              "%lld ms, unique id exchanged in %lld ms", me.rank, size, me.nspace, host[0] ? host : "unknown",
+              local_rank, (long long)(t_init - t0), (long long)(hccl_now_ms() - t_init));
     hccl_topo_set_launcher_host(host[0] ? host : NULL);
     res = hcclCommInitRank(comm_p, size, uid, (int)me.rank);
     hccl_topo_set_launcher_host(NULL);
