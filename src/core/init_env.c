@@ -82,6 +82,10 @@ HCCL_API hcclResult_t hcclCommInitFromEnv(hcclComm_t *comm)
         HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d from PMIx, rendezvous %s", prank, psize, commid);
         return hcclCommInitGroup(comm, (uint32_t)psize, commid, (uint32_t)prank);
     }
+    if (hccl_pmix_launched())
+        return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: a PMIx launcher started this process, but "
+                                           "this build has no PMIx: set HCCL_COMM_ID=host:port, or build "
+                                           "hccl with PMIx (libpmix-dev)");
     return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: no launcher environment found (HCCL_COMM_ID "
                                        "+ RANK_ID + WORLD_SIZE, torchrun, Open MPI, MPICH, Slurm or a "
                                        "PMIx launcher)");
