@@ -59,21 +59,25 @@ HCCL_API hcclResult_t hcclCommInitFromEnv(hcclComm_t *comm)
         if (rank == -1 || size == -1 || (i == 0 && !commid))
             continue;
         if (rank < 0 || size < 1 || rank >= size)
-            return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: %s=%s and %s=%s are not a valid "
-                                               "rank and size", sources[i][0], getenv(sources[i][0]),
-                             sources[i][1], getenv(sources[i][1]));
+            return HCCL_FAIL(hcclInvalidUsage,
+                             "hcclCommInitFromEnv: %s=%s and %s=%s are not a valid "
+                             "rank and size",
+                             sources[i][0], getenv(sources[i][0]), sources[i][1],
+                             getenv(sources[i][1]));
         if (have_commid) {
             snprintf(addr, sizeof(addr), "%s", commid);
         } else if (have_master) {
             snprintf(addr, sizeof(addr), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
         } else {
-            return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: %s gives rank %ld of %ld but no "
-                                               "rendezvous: set HCCL_COMM_ID=host:port (or "
-                                               "MASTER_ADDR and MASTER_PORT)%s", sources[i][2], rank, size,
+            return HCCL_FAIL(hcclInvalidUsage,
+                             "hcclCommInitFromEnv: %s gives rank %ld of %ld but no "
+                             "rendezvous: set HCCL_COMM_ID=host:port (or "
+                             "MASTER_ADDR and MASTER_PORT)%s",
+                             sources[i][2], rank, size,
                              hccl_pmix_launched() ? ", or build hccl with PMIx (libpmix-dev)" : "");
         }
-        HCCL_INFO(HCCL_SUB_INIT, "rank %ld of %ld from the %s environment, rendezvous %s", rank, size,
-                  sources[i][2], addr);
+        HCCL_INFO(HCCL_SUB_INIT, "rank %ld of %ld from the %s environment, rendezvous %s", rank,
+                  size, sources[i][2], addr);
         return hcclCommInitGroup(comm, (uint32_t)size, addr, (uint32_t)rank);
     }
     /* A PMIx launcher that sets no rank variable of its own (prterun) with HCCL_COMM_ID given. */
@@ -83,10 +87,12 @@ HCCL_API hcclResult_t hcclCommInitFromEnv(hcclComm_t *comm)
         return hcclCommInitGroup(comm, (uint32_t)psize, commid, (uint32_t)prank);
     }
     if (hccl_pmix_launched())
-        return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: a PMIx launcher started this process, but "
-                                           "this build has no PMIx: set HCCL_COMM_ID=host:port, or build "
-                                           "hccl with PMIx (libpmix-dev)");
-    return HCCL_FAIL(hcclInvalidUsage, "hcclCommInitFromEnv: no launcher environment found (HCCL_COMM_ID "
-                                       "+ RANK_ID + WORLD_SIZE, torchrun, Open MPI, MPICH, Slurm or a "
-                                       "PMIx launcher)");
+        return HCCL_FAIL(hcclInvalidUsage,
+                         "hcclCommInitFromEnv: a PMIx launcher started this process, but "
+                         "this build has no PMIx: set HCCL_COMM_ID=host:port, or build "
+                         "hccl with PMIx (libpmix-dev)");
+    return HCCL_FAIL(hcclInvalidUsage,
+                     "hcclCommInitFromEnv: no launcher environment found (HCCL_COMM_ID "
+                     "+ RANK_ID + WORLD_SIZE, torchrun, Open MPI, MPICH, Slurm or a "
+                     "PMIx launcher)");
 }

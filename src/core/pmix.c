@@ -97,7 +97,7 @@ static void fence_on_done(pmix_status_t status, void *cbdata)
                 *p = f->next;
                 break;
             }
-        free(f);
+        hccl_free(f);
     } else {
         f->status = status;
         f->done = true;
@@ -113,7 +113,7 @@ static void fence_on_done(pmix_status_t status, void *cbdata)
  */
 static hcclResult_t pmix_fence(const pmix_proc_t *me, int rank, int timeout_ms)
 {
-    fence_t *f = calloc(1, sizeof(*f));
+    fence_t *f = hccl_calloc(1, sizeof(*f));
     bool collect = true;
     int secs = (timeout_ms + 999) / 1000;
     struct timespec until;
@@ -128,12 +128,13 @@ static hcclResult_t pmix_fence(const pmix_proc_t *me, int rank, int timeout_ms)
     PMIX_INFO_LOAD(&f->info[1], PMIX_TIMEOUT, &secs, PMIX_INT);
     rc = PMIx_Fence_nb(&f->all, 1, f->info, 2, fence_on_done, f);
     if (rc == PMIX_OPERATION_SUCCEEDED) { /* done at once; the callback will not run */
-        free(f);
+        hccl_free(f);
         return hcclSuccess;
     }
     if (rc != PMIX_SUCCESS) {
-        free(f);
-        return HCCL_FAIL(hcclSystemError, "rank %d: PMIx_Fence_nb failed: %s", rank, PMIx_Error_string(rc));
+        hccl_free(f);
+        return HCCL_FAIL(hcclSystemError, "rank %d: PMIx_Fence_nb failed: %s", rank,
+                         PMIx_Error_string(rc));
     }
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += timeout_ms / 1000;
@@ -149,18 +150,21 @@ static hcclResult_t pmix_fence(const pmix_proc_t *me, int rank, int timeout_ms)
         f->abandoned = true;
         f->next = fences_abandoned;
         fences_abandoned = f;
-        res = HCCL_FAIL(hcclTimeout, "rank %d: the PMIx fence of namespace %s did not complete within "
-                                     "the connect timeout of %d ms (a rank of the job did not call "
-                                     "hcclCommInitFromEnv)", rank, me->nspace, timeout_ms);
+        res = HCCL_FAIL(hcclTimeout,
+                        "rank %d: the PMIx fence of namespace %s did not complete within "
+                        "the connect timeout of %d ms (a rank of the job did not call "
+                        "hcclCommInitFromEnv)",
+                        rank, me->nspace, timeout_ms);
     } else {
         if (f->status == PMIX_ERR_TIMEOUT)
-            res = HCCL_FAIL(hcclTimeout, "rank %d: the PMIx fence of namespace %s timed out after %d s "
-                                         "(PMIx_Fence_nb: %s)", rank, me->nspace, secs,
-                            PMIx_Error_string(f->status));
+            res = HCCL_FAIL(hcclTimeout,
+                            "rank %d: the PMIx fence of namespace %s timed out after %d s "
+                            "(PMIx_Fence_nb: %s)",
+                            rank, me->nspace, secs, PMIx_Error_string(f->status));
         else if (f->status != PMIX_SUCCESS)
             res = HCCL_FAIL(hcclSystemError, "rank %d: PMIx_Fence_nb failed: %s", rank,
                             PMIx_Error_string(f->status));
-        free(f);
+        hccl_free(f);
     }
     pthread_mutex_unlock(&fence_mtx);
     return res;
@@ -185,18 +189,27 @@ static hcclResult_t pmix_job_size(const pmix_proc_t *me, int *size_p)
     PMIX_PROC_LOAD(&all, me->nspace, PMIX_RANK_WILDCARD);
     rc = PMIx_Get(&all, PMIX_JOB_SIZE, NULL, 0, &val);
     if (rc != PMIX_SUCCESS)
-        return HCCL_FAIL(hcclSystemError, "rank %u: PMIx_Get(%s) failed: %s", me->rank, PMIX_JOB_SIZE,
-                         PMIx_Error_string(rc));
+        return HCCL_FAIL(hcclSystemError, "rank %u: PMIx_Get(%s) failed: %s", me->rank,
+                         PMIX_JOB_SIZE, PMIx_Error_string(rc));
     switch (val->type) {
-    case PMIX_UINT32: size = (long)val->data.uint32; break;
-    case PMIX_INT: size = val->data.integer; break;
-    case PMIX_UINT16: size = val->data.uint16; break;
-    default: size = -1; break;
+    case PMIX_UINT32:
+        size = (long)val->data.uint32;
+        break;
+    case PMIX_INT:
+        size = val->data.integer;
+        break;
+    case PMIX_UINT16:
+        size = val->data.uint16;
+        break;
+    default:
+        size = -1;
+        break;
     }
     PMIX_VALUE_RELEASE(val);
     if (size < 1 || size > (1l << 20) || me->rank >= (pmix_rank_t)size)
-        return HCCL_FAIL(hcclInvalidUsage, "rank %u: PMIx gives job size %ld, not a size for this rank",
-                         me->rank, size);
+        return HCCL_FAIL(hcclInvalidUsage,
+                         "rank %u: PMIx gives job size %ld, not a size for this rank", me->rank,
+                         size);
     *size_p = (int)size;
     return hcclSuccess;
 }
@@ -219,7 +232,8 @@ static hcclResult_t pmix_init(pmix_proc_t *me)
     if (!pmix_open) {
         rc = PMIx_Init(&pmix_me, NULL, 0);
         if (rc != PMIX_SUCCESS)
-            return HCCL_FAIL(hcclSystemError, "PMIx_Init failed: %s (PMIX_NAMESPACE=%s PMIX_RANK=%s)",
+            return HCCL_FAIL(hcclSystemError,
+                             "PMIx_Init failed: %s (PMIX_NAMESPACE=%s PMIX_RANK=%s)",
                              PMIx_Error_string(rc), getenv("PMIX_NAMESPACE"), getenv("PMIX_RANK"));
         pmix_open = true;
     }
@@ -279,14 +293,16 @@ static hcclResult_t pmix_publish(const char *key, hcclUniqueId *uid)
     val.data.string = text;
     rc = PMIx_Put(PMIX_GLOBAL, key, &val);
     if (rc != PMIX_SUCCESS)
-        return HCCL_FAIL(hcclSystemError, "rank 0: PMIx_Put(%s) failed: %s", key, PMIx_Error_string(rc));
+        return HCCL_FAIL(hcclSystemError, "rank 0: PMIx_Put(%s) failed: %s", key,
+                         PMIx_Error_string(rc));
     rc = PMIx_Commit();
     if (rc != PMIX_SUCCESS)
         return HCCL_FAIL(hcclSystemError, "rank 0: PMIx_Commit failed: %s", PMIx_Error_string(rc));
     return res;
 }
 
-static hcclResult_t pmix_fetch(const pmix_proc_t *me, const char *key, int timeout_ms, hcclUniqueId *uid)
+static hcclResult_t pmix_fetch(const pmix_proc_t *me, const char *key, int timeout_ms,
+                               hcclUniqueId *uid)
 {
     pmix_proc_t root;
     pmix_info_t info;
@@ -303,11 +319,12 @@ static hcclResult_t pmix_fetch(const pmix_proc_t *me, const char *key, int timeo
                          "rank %u: PMIx_Get(%s) of rank 0 failed: %s", me->rank, key,
                          PMIx_Error_string(rc));
     if (val->type != PMIX_STRING || !val->data.string)
-        res = HCCL_FAIL(hcclInternalError, "rank %u: PMIx_Get(%s) of rank 0 gave type %d, not a string",
-                        me->rank, key, (int)val->type);
+        res = HCCL_FAIL(hcclInternalError,
+                        "rank %u: PMIx_Get(%s) of rank 0 gave type %d, not a string", me->rank, key,
+                        (int)val->type);
     else if (val->data.string[0] == '!')
-        res = HCCL_FAIL(hcclRemoteError, "rank %u: rank 0 could not open the rendezvous: %s", me->rank,
-                        val->data.string + 1);
+        res = HCCL_FAIL(hcclRemoteError, "rank %u: rank 0 could not open the rendezvous: %s",
+                        me->rank, val->data.string + 1);
     else
         res = hcclUniqueIdFromString(uid, val->data.string);
     PMIX_VALUE_RELEASE(val);
@@ -349,9 +366,11 @@ hcclResult_t hccl_pmix_comm_init(hcclComm_t *comm_p)
     if (me.rank != 0)
         HCCL_CHECK_GOTO(pmix_fetch(&me, key, p.connect_timeout_ms, &uid), res, err_unlock);
     pthread_mutex_unlock(&pmix_mtx);
-    HCCL_INFO(HCCL_SUB_INIT, "rank %u of %d from PMIx (namespace %s, host %s, local rank %d): PMIx_Init "
-              "%lld ms, unique id exchanged in %lld ms", me.rank, size, me.nspace, host[0] ? host : "unknown",
-              local_rank, (long long)(t_init - t0), (long long)(hccl_now_ms() - t_init));
+    HCCL_INFO(HCCL_SUB_INIT,
+              "rank %u of %d from PMIx (namespace %s, host %s, local rank %d): PMIx_Init "
+              "%lld ms, unique id exchanged in %lld ms",
+              me.rank, size, me.nspace, host[0] ? host : "unknown", local_rank,
+              (long long)(t_init - t0), (long long)(hccl_now_ms() - t_init));
     hccl_topo_set_launcher_host(host[0] ? host : NULL);
     res = hcclCommInitRank(comm_p, size, uid, (int)me.rank);
     hccl_topo_set_launcher_host(NULL);

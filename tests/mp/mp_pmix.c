@@ -24,14 +24,14 @@
 
 static int g_rank = -1;
 
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        hcclResult_t r_ = (call);                                                        \
-        if (r_ != hcclSuccess) {                                                         \
-            fprintf(stderr, "rank %d: %s failed: %s (%s)\n", g_rank, #call,              \
-                    hcclGetErrorString(r_), hcclGetLastError(NULL));                     \
-            exit(1);                                                                     \
-        }                                                                                \
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        hcclResult_t r_ = (call);                                                                  \
+        if (r_ != hcclSuccess) {                                                                   \
+            fprintf(stderr, "rank %d: %s failed: %s (%s)\n", g_rank, #call,                        \
+                    hcclGetErrorString(r_), hcclGetLastError(NULL));                               \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static double now_ms(void)
@@ -75,8 +75,8 @@ static int run_multi(int ncomms)
         int64_t v = g_rank + c, want = (int64_t)n * (n - 1) / 2 + (int64_t)n * c;
         CHECK(hcclAllReduce(&v, &v, 1, hcclInt64, hcclSum, comms[c]));
         if (v != want) {
-            fprintf(stderr, "rank %d: communicator %d sums to %lld, want %lld\n", g_rank, c, (long long)v,
-                    (long long)want);
+            fprintf(stderr, "rank %d: communicator %d sums to %lld, want %lld\n", g_rank, c,
+                    (long long)v, (long long)want);
             return 1;
         }
     }

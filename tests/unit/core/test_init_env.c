@@ -23,9 +23,10 @@
 #include "hccl.h"
 
 static const char *const vars[] = {
-    "HCCL_COMM_ID", "RANK_ID", "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
-    "SLURM_NTASKS", "PMIX_RANK", "PMIX_NAMESPACE", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3",
+    "HCCL_COMM_ID",     "RANK_ID",           "WORLD_SIZE",           "RANK",
+    "MASTER_ADDR",      "MASTER_PORT",       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",         "PMI_SIZE",          "SLURM_PROCID",         "SLURM_NTASKS",
+    "PMIX_RANK",        "PMIX_NAMESPACE",    "PMIX_SERVER_URI4",     "PMIX_SERVER_URI3",
     "PMIX_SERVER_URI2", "PMIX_SERVER_URI21", "PMIX_SERVER_URI41",
 };
 
@@ -126,7 +127,8 @@ static void test_pmix_alone(void **state)
     res = hcclCommInitFromEnv(&comm);
     assert_null(comm);
     assert_int_equal(res, hccl_pmix_built() ? hcclSystemError : hcclInvalidUsage);
-    assert_non_null(strstr(hcclGetLastError(NULL), hccl_pmix_built() ? "PMIx_Init" : "PMIx launcher"));
+    assert_non_null(
+        strstr(hcclGetLastError(NULL), hccl_pmix_built() ? "PMIx_Init" : "PMIx launcher"));
 }
 
 int main(void)
