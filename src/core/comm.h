@@ -161,8 +161,9 @@ void hccl_coll_lane_start(struct hcclComm *comm, struct hcclRequest *req);
 bool hccl_coll_lane_blocking(struct hcclComm *comm, int coll, const void *sendbuf, void *recvbuf,
                              size_t count, hcclDataType_t dtype, hcclRedOp_t op, int root,
                              hcclResult_t *res_p);
-/* Queues req (filled in by the caller) on comm's reactor. */
-hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req);
+/* Queues req (filled in by the caller) on comm's reactor (blocking: the caller waits for it at
+ * once and helps the reactor meanwhile). */
+hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req, bool blocking);
 /* "allreduce seq 12" or "send #3 to rank 5"; detail adds " (1024 x float32, sum)" and the like. */
 void hccl_request_describe(const struct hcclRequest *req, bool detail, char *buf, size_t len);
 /* dump.c: the live communicators that HCCL_DUMP_ON_SIGNAL reports on (SIGUSR1). */

@@ -71,7 +71,7 @@ static const char *const unsupported_vars[] = {
 #define HCCL_DEFAULT_BUFFSIZE (4u << 20)
 #define HCCL_DEFAULT_CMA_THRESHOLD (64u << 10)
 /* Up to here an offered message whose receive is posted may go through the ring instead of a
- * single-copy read; the receiver times both and takes the faster (see hccl_stream_t.pull_max). */
+ * single-copy read; the receiver times both and takes the faster (see hccl_framer_t.pull_max). */
 #define HCCL_DEFAULT_SHM_PULL_MAX (1u << 20)
 /* From here a tcp message waits for its receiver to ask for it: a sender that runs ahead
  * would otherwise have it copied into the heap and again into place (a Broadcast's root). */

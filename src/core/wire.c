@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/wire.h"
-#include "links/stream.h"
+#include "links/frame.h"
 
 /* Forces a NUL into the last byte; true if the string already ended inside the field. */
 static bool terminate(char *s, size_t len)

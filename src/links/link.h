@@ -79,7 +79,7 @@ struct hccl_xfer {
      * the kernel's copies (tcp, single-copy reads) and held messages do as before. */
     bool store;
     /* Receives: an offered message is read single-copy, not pulled through the wire, whatever
-     * the link's timing of the two ways says (stream.h, pull_max). */
+     * the link's timing of the two ways says (frame.h, pull_max). */
     bool read_direct;
     /* link-private */
     hccl_xfer_t *next;

@@ -1,4 +1,4 @@
-/* The reactor's state, shared by reactor.c and request.c only. */
+/* The reactor's state, shared by reactor*.c and request.c only. */
 #ifndef HCCL_REACTOR_IMPL_H
 #define HCCL_REACTOR_IMPL_H
 
@@ -45,6 +45,31 @@ struct hccl_reactor {
      * posts, and a post rings while the flags are orphaned. */
     atomic_bool orphan;            /* flags set, nobody polling */
 };
+
+/* The reactor whose work this thread is running right now (reactor.c). */
+extern _Thread_local HCCL_TLS_FAST const hccl_reactor_t *hccl_tl_running;
+
+/* Runs the posts queued now, in posting order. */
+void hccl_reactor_run_posts(hccl_reactor_t *r);
+/* The progress thread (reactor_drive.c). */
+void *hccl_reactor_thread_main(void *arg);
+
+/* Pushes post onto the queue; returns the head it found (NULL: the queue was empty). */
+static inline hccl_post_t *hccl_reactor_post_push(hccl_reactor_t *r, hccl_post_t *post)
+{
+    hccl_post_t *head = atomic_load(&r->post_head);
+
+    do {
+        post->next = head;
+    } while (!atomic_compare_exchange_weak(&r->post_head, &head, post));
+    return head;
+}
+
+/* Nobody polls: the progress thread sleeps, or a waiter left the flags set (orphan). */
+static inline bool hccl_reactor_idle(const hccl_reactor_t *r)
+{
+    return !atomic_load(&r->polling) || atomic_load(&r->orphan);
+}
 
 void hccl_reactor_wake(hccl_reactor_t *r);
 void hccl_reactor_retain(hccl_reactor_t *r);

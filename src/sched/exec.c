@@ -198,7 +198,7 @@ static hccl_run_t *run_get(hccl_exec_t *ex, uint32_t n, size_t scratch)
     run->ex = ex;
     if (scratch > EXEC_KEEP_SCRATCH && !ex->big_busy) {
         if (ex->big_cap < scratch) {
-            /* Scratch is page-aligned, as the bounce (stream.c): single-copy reads land in it. */
+            /* Scratch is page-aligned, as the bounce (frame.c): single-copy reads land in it. */
             hccl_free(ex->big);
             ex->big = hccl_aligned_alloc(4096, scratch);
             ex->big_cap = ex->big ? scratch : 0;

@@ -1,5 +1,5 @@
 /*
- * The framing engine of the tcp and shm links (stream.c) fed arbitrary bytes as a peer's
+ * The framing engine of the tcp and shm links (links/frame*.c) fed arbitrary bytes as a peer's
  * wire. Input: a small prologue chooses the receives and sends posted around the read and how
  * the bytes are cut; the rest is the wire. Whatever arrives, no transfer may be overrun, and
  * once the connection is failed every transfer must have completed exactly once (a transfer
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "fuzz_common.h"
-#include "links/stream.h"
+#include "links/frame.h"
 #include "reactor/reactor.h"
 
 #define MAX_XFERS 8
@@ -28,7 +28,7 @@ typedef struct {
 
 static hccl_reactor_t *reactor;
 
-static ssize_t io_read(hccl_stream_t *s, void *buf, size_t len)
+static ssize_t io_read(hccl_framer_t *s, void *buf, size_t len)
 {
     wire_t *w = s->transport;
     size_t n = len < w->in.left ? len : w->in.left;
@@ -41,7 +41,7 @@ static ssize_t io_read(hccl_stream_t *s, void *buf, size_t len)
     return (ssize_t)n;
 }
 
-static ssize_t io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
+static ssize_t io_writev(hccl_framer_t *s, const struct iovec *iov, int iovcnt)
 {
     size_t n = 0;
 
@@ -52,7 +52,7 @@ static ssize_t io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
 }
 
 /* The address in an RTS frame is the peer's word: it is never dereferenced here either. */
-static hcclResult_t io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
+static hcclResult_t io_rndv_read(hccl_framer_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
     wire_t *w = s->transport;
 
@@ -63,8 +63,8 @@ static hcclResult_t io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_x
     return hcclSuccess;
 }
 
-static const hccl_stream_io_t io_plain = {.read = io_read, .writev = io_writev};
-static const hccl_stream_io_t io_rndv = {.read = io_read, .writev = io_writev, .rndv_read = io_rndv_read};
+static const hccl_framer_io_t io_plain = {.read = io_read, .writev = io_writev};
+static const hccl_framer_io_t io_rndv = {.read = io_read, .writev = io_writev, .rndv_read = io_rndv_read};
 
 static void on_done(hccl_xfer_t *x, hcclResult_t res)
 {
@@ -91,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fx_t fx[MAX_XFERS];
     int nfx = 0;
-    hccl_stream_t s;
+    hccl_framer_t s;
     wire_t w = {.in = {data, size}};
     uint8_t flags, npre, npost, nsend;
     hcclResult_t res = hcclSuccess;
@@ -107,20 +107,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     nsend = fuzz_byte(&w.in) % 2;
     w.chunk = (flags >> 2) & 7 ? 1u << (((flags >> 2) & 7) - 1) : 0;
     w.refuse_rndv = flags & 2;
-    hccl_stream_init(&s, flags & 1 ? &io_rndv : &io_plain, reactor, &w, 0, 1, 16);
+    hccl_framer_init(&s, flags & 1 ? &io_rndv : &io_plain, reactor, &w, 0, 1, 16);
     s.comm_id = FUZZ_COMM_ID;
 
     for (int i = 0; i < nsend; i++) {
         fx_init(&fx[nfx], &w.in);
-        res = hccl_stream_post_send(&s, &fx[nfx++].x);
+        res = hccl_framer_post_send(&s, &fx[nfx++].x);
         if (hccl_is_failure(res))
-            hccl_stream_fail(&s, res);
+            hccl_framer_fail(&s, res);
     }
     for (int i = 0; i < npre; i++) {
         fx_init(&fx[nfx], &w.in);
-        res = hccl_stream_post_recv(&s, &fx[nfx++].x);
+        res = hccl_framer_post_recv(&s, &fx[nfx++].x);
         if (hccl_is_failure(res))
-            hccl_stream_fail(&s, res);
+            hccl_framer_fail(&s, res);
     }
     /* The post-read receives are described before the wire so that the wire runs to the end. */
     fx_t *late = &fx[nfx];
@@ -128,22 +128,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fx_init(&fx[nfx++], &w.in);
     while (!s.failed && w.in.left > 0) {
         size_t before = w.in.left;
-        res = hccl_stream_rx(&s, 1u << 16);
+        res = hccl_framer_rx(&s, 1u << 16);
         if (!hccl_is_failure(res))
-            res = hccl_stream_tx(&s);
+            res = hccl_framer_tx(&s);
         if (hccl_is_failure(res))
-            hccl_stream_fail(&s, res);
+            hccl_framer_fail(&s, res);
         else if (w.in.left == before)
             break;
     }
     for (int i = 0; i < npost; i++) {
-        res = hccl_stream_post_recv(&s, &late[i].x);
+        res = hccl_framer_post_recv(&s, &late[i].x);
         if (hccl_is_failure(res))
-            hccl_stream_fail(&s, res);
+            hccl_framer_fail(&s, res);
     }
-    (void)hccl_stream_closed_cleanly(&s);
-    hccl_stream_fail(&s, hcclAborted);
-    hccl_stream_fini(&s);
+    (void)hccl_framer_closed_cleanly(&s);
+    hccl_framer_fail(&s, hcclAborted);
+    hccl_framer_fini(&s);
     for (int i = 0; i < 4; i++)
         hccl_reactor_drive(reactor, 0);
     for (int i = 0; i < nfx; i++) {

@@ -77,25 +77,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sc.peer_seg = peer_seg;
     sc.peer_bell = sc.out_fd = sc.in_fd = -1;
     sc.pid = 0; /* single-copy reads fail: the offered address is the peer's word */
-    hccl_stream_init(&sc.stream, &hccl_shm_io, reactor, &sc, 0, 1, SIZE_MAX);
-    sc.stream.comm_id = FUZZ_COMM_ID;
+    hccl_framer_init(&sc.framer, &hccl_shm_io, reactor, &sc, 0, 1, SIZE_MAX);
+    sc.framer.comm_id = FUZZ_COMM_ID;
 
     memset(fx, 0, sizeof(fx));
     fx[0].x = (hccl_xfer_t){.seq = 1, .tag = 1, .buf = rbuf, .len = sizeof(rbuf), .done = on_done};
     fx[1].x = (hccl_xfer_t){.seq = 1, .tag = 2, .buf = sbuf, .len = sizeof(sbuf), .done = on_done};
     memset(sbuf, 7, sizeof(sbuf));
-    if (hccl_is_failure(hccl_stream_post_recv(&sc.stream, &fx[0].x)))
-        hccl_stream_fail(&sc.stream, hcclRemoteError);
-    if (hccl_is_failure(hccl_stream_post_send(&sc.stream, &fx[1].x)))
-        hccl_stream_fail(&sc.stream, hcclRemoteError);
-    for (int i = 0; i < 4 && !sc.stream.failed; i++) {
-        hcclResult_t res = hccl_stream_rx(&sc.stream, 1u << 16);
+    if (hccl_is_failure(hccl_framer_post_recv(&sc.framer, &fx[0].x)))
+        hccl_framer_fail(&sc.framer, hcclRemoteError);
+    if (hccl_is_failure(hccl_framer_post_send(&sc.framer, &fx[1].x)))
+        hccl_framer_fail(&sc.framer, hcclRemoteError);
+    for (int i = 0; i < 4 && !sc.framer.failed; i++) {
+        hcclResult_t res = hccl_framer_rx(&sc.framer, 1u << 16);
         if (!hccl_is_failure(res))
-            res = hccl_stream_tx(&sc.stream);
+            res = hccl_framer_tx(&sc.framer);
         if (hccl_is_failure(res))
-            hccl_stream_fail(&sc.stream, res);
+            hccl_framer_fail(&sc.framer, res);
     }
-    hccl_stream_fail(&sc.stream, hcclAborted);
+    hccl_framer_fail(&sc.framer, hcclAborted);
     for (int i = 0; i < 4; i++)
         hccl_reactor_drive(reactor, 0);
     for (int i = 0; i < 2; i++)

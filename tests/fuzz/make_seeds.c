@@ -12,7 +12,7 @@
 #include "core/wire.h"
 #include "fuzz_common.h"
 #include "links/shm/shm.h"
-#include "links/stream.h"
+#include "links/frame.h"
 #include "links/tcp/tcp.h"
 
 #define RING 512 /* fuzz_shm_ring.c's ring */

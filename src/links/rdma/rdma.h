@@ -1,6 +1,6 @@
 /*
  * rdma: ranks on other hosts over RoCE or InfiniBand. librdmacm sets up one RC queue pair per
- * peer; the stream framing engine (links/stream.h) runs over SEND messages into registered
+ * peer; the framing engine (links/frame.h) runs over SEND messages into registered
  * staging slots, with credits so that a sender never overruns the receiver's posted slots;
  * large transfers are written straight into the receiver's registered buffer (RDMA WRITE with
  * immediate after the receiver's clear-to-send).
@@ -11,7 +11,7 @@
 #include <event2/event.h>
 
 #include "links/rdma/rdma_shim.h"
-#include "links/stream.h"
+#include "links/frame.h"
 
 /* Data slots each side posts per peer: the sender's credits. */
 #define RDMA_CREDITS 16
@@ -141,7 +141,7 @@ typedef struct rdma_conn {
     bool established;
     bool failed;
     bool disconnected;      /* rdma_disconnect called */
-    hccl_stream_t stream;
+    hccl_framer_t framer;
     char peer_addr[64];
     /* staging: one registration per direction */
     char *rx_buf;           /* owned, RDMA_NRECV slots */
@@ -149,7 +149,7 @@ typedef struct rdma_conn {
     struct ibv_mr *rx_mr;
     struct ibv_mr *tx_mr;
     size_t slot;            /* bytes per slot, header included */
-    /* receive side: completed slots not yet read by the stream, in order */
+    /* receive side: completed slots not yet read by the framer, in order */
     int rx_ready[RDMA_NRECV];
     uint32_t rx_ready_len[RDMA_NRECV];
     int rx_head, rx_count;
@@ -218,7 +218,7 @@ hcclResult_t hccl_rdma_connect_all(rdma_ctx_t *ctx, const int *peers, int npeers
 void hccl_rdma_on_cm_event(evutil_socket_t fd, short what, void *arg);
 void hccl_rdma_conn_destroy(rdma_conn_t *rc);
 
-/* rdma_stage.c: the staged path (slots, credits, the stream over SEND) and completions. */
+/* rdma_stage.c: the staged path (slots, credits, the framer over SEND) and completions. */
 uint64_t hccl_rdma_wr_id(const rdma_conn_t *rc, int kind, int slot);
 hcclResult_t hccl_rdma_conn_post_recvs(rdma_conn_t *rc);
 hcclResult_t hccl_rdma_repost(rdma_conn_t *rc, int slot, bool owe);
@@ -227,7 +227,7 @@ int hccl_rdma_send_msg(rdma_conn_t *rc, uint16_t type, const struct iovec *iov, 
                        size_t max);
 /* A message that takes a credit may go now. */
 bool hccl_rdma_can_send_data(const rdma_conn_t *rc);
-void hccl_rdma_conn_init_stream(rdma_conn_t *rc);
+void hccl_rdma_conn_init_framer(rdma_conn_t *rc);
 /* Everything that may move after a completion or a post; a failure fails the connection. */
 void hccl_rdma_conn_progress(rdma_conn_t *rc);
 void hccl_rdma_complete(rdma_ctx_t *ctx, const struct ibv_wc *wc);

@@ -72,7 +72,7 @@ void hccl_rdma_conn_destroy(rdma_conn_t *rc)
     if (!rc)
         return;
     v = rc->ctx->v;
-    hccl_stream_fail(&rc->stream, hcclAborted);
+    hccl_framer_fail(&rc->framer, hcclAborted);
     if (rc->id && rc->id->qp)
         v->destroy_qp(rc->id); /* first: nothing lands in the buffers below any more */
     if (rc->rx_mr)
@@ -84,7 +84,7 @@ void hccl_rdma_conn_destroy(rdma_conn_t *rc)
         v->destroy_id(rc->id);
     hccl_free(rc->rx_buf);
     hccl_free(rc->tx_buf);
-    hccl_stream_fini(&rc->stream);
+    hccl_framer_fini(&rc->framer);
     hccl_free(rc);
 }
 
@@ -270,7 +270,7 @@ void hccl_rdma_on_cm_event(evutil_socket_t fd, short what, void *arg)
         if (!rc || rc->failed || (type != RDMA_CM_EVENT_DISCONNECTED &&
                                   type != RDMA_CM_EVENT_DEVICE_REMOVAL))
             continue;
-        if (hccl_stream_closed_cleanly(&rc->stream)) {
+        if (hccl_framer_closed_cleanly(&rc->framer)) {
             HCCL_INFO(HCCL_SUB_LINK, "rank %d: rank %d closed its rdma connection", ctx->env->rank,
                       rc->peer);
             continue;

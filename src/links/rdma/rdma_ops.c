@@ -16,7 +16,7 @@ static void conn_stop(rdma_conn_t *rc, hcclResult_t res)
     if (rc->failed)
         return;
     rc->failed = true;
-    hccl_stream_fail(&rc->stream, res);
+    hccl_framer_fail(&rc->framer, res);
     hccl_rdma_zcopy_stop(rc, res);
     if (rc->id && rc->established && !rc->disconnected) {
         rc->disconnected = true;
@@ -42,7 +42,7 @@ static hcclResult_t rdma_link_post_send(hccl_conn_t *c, hccl_xfer_t *x)
     hcclResult_t res;
 
     if (rc->failed || x->len < rc->ctx->zcopy_min)
-        res = hccl_stream_post_send(&rc->stream, x);
+        res = hccl_framer_post_send(&rc->framer, x);
     else
         res = hccl_rdma_zcopy_post_send(rc, x);
     if (hccl_is_failure(res))
@@ -58,20 +58,20 @@ static hcclResult_t rdma_link_post_recv(hccl_conn_t *c, hccl_xfer_t *x)
     hcclResult_t res;
 
     if (rc->failed) {
-        res = hccl_stream_post_recv(&rc->stream, x); /* fails it */
+        res = hccl_framer_post_recv(&rc->framer, x); /* fails it */
     } else if (x->len < rc->ctx->zcopy_min) {
         res = hccl_rdma_zcopy_check_staged_recv(rc, x);
         if (hccl_is_failure(res))
             hccl_xfer_complete_later(rc->ctx->env->reactor, x, res);
         else
-            res = hccl_stream_post_recv(&rc->stream, x);
+            res = hccl_framer_post_recv(&rc->framer, x);
     } else {
         res = hccl_rdma_zcopy_post_recv(rc, x);
     }
     if (hccl_is_failure(res))
         hccl_rdma_conn_fail(rc, res);
     else
-        hccl_rdma_conn_progress(rc); /* the stream may have queued a control frame */
+        hccl_rdma_conn_progress(rc); /* the framer may have queued a control frame */
     return hcclSuccess;
 }
 
@@ -184,7 +184,7 @@ static hcclResult_t rdma_link_connect(void *vctx, const int *peers, int npeers, 
         rc->conn.ctx = ctx;
         rc->conn.peer = peers[i];
         rc->conn.priv = rc;
-        hccl_rdma_conn_init_stream(rc);
+        hccl_rdma_conn_init_framer(rc);
         conns[peers[i]] = &rc->conn;
     }
     return hcclSuccess;
@@ -215,7 +215,7 @@ static bool shutdown_pending(rdma_ctx_t *ctx)
 {
     for (int r = 0; r < ctx->env->nranks; r++) {
         rdma_conn_t *rc = ctx->conns[r];
-        if (rc && !rc->failed && (hccl_stream_tx_pending(&rc->stream) || rc->sends_out > 0))
+        if (rc && !rc->failed && (hccl_framer_tx_pending(&rc->framer) || rc->sends_out > 0))
             return true;
     }
     return false;
@@ -231,7 +231,7 @@ static void rdma_link_shutdown(void *vctx, int64_t deadline_ms)
     for (int r = 0; r < ctx->env->nranks; r++) {
         rdma_conn_t *rc = ctx->conns[r];
         if (rc && !rc->failed && rc->established) {
-            hccl_stream_send_bye(&rc->stream);
+            hccl_framer_send_bye(&rc->framer);
             hccl_rdma_conn_progress(rc);
         }
     }

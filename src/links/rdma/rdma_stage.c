@@ -1,7 +1,7 @@
 /*
  * rdma: the staged path. Messages go by SEND into the peer's registered staging slots; each
  * data message takes a credit (a slot the peer has posted for us) and credits come back with
- * the peer's messages, or alone once half of them are owed. The stream framing engine runs on
+ * the peer's messages, or alone once half of them are owed. The framing engine runs on
  * top, as over a socket. Completions of every work request are dispatched here.
  */
 #include <arpa/inet.h>
@@ -103,16 +103,16 @@ bool hccl_rdma_can_send_data(const rdma_conn_t *rc)
            rc->sends_out < RDMA_NSEND + RDMA_CREDITS - 1;
 }
 
-static ssize_t rdma_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
+static ssize_t rdma_io_writev(hccl_framer_t *s, const struct iovec *iov, int iovcnt)
 {
     rdma_conn_t *rc = s->transport;
 
     if (!hccl_rdma_can_send_data(rc))
-        return 0; /* a completion or a credit return wakes the stream */
+        return 0; /* a completion or a credit return wakes the framer */
     return hccl_rdma_send_msg(rc, RDMA_MSG_STREAM, iov, iovcnt, rc->slot - HDR);
 }
 
-static ssize_t rdma_io_read(hccl_stream_t *s, void *buf, size_t len)
+static ssize_t rdma_io_read(hccl_framer_t *s, void *buf, size_t len)
 {
     rdma_conn_t *rc = s->transport;
     size_t got = 0;
@@ -136,18 +136,18 @@ static ssize_t rdma_io_read(hccl_stream_t *s, void *buf, size_t len)
     return (ssize_t)got;
 }
 
-static const hccl_stream_io_t rdma_io = {
+static const hccl_framer_io_t rdma_io = {
     .read = rdma_io_read,
     .writev = rdma_io_writev,
 };
 
-void hccl_rdma_conn_init_stream(rdma_conn_t *rc)
+void hccl_rdma_conn_init_framer(rdma_conn_t *rc)
 {
     hccl_link_env_t *env = rc->ctx->env;
 
-    hccl_stream_init(&rc->stream, &rdma_io, env->reactor, rc, env->rank, rc->peer, SIZE_MAX);
-    rc->stream.comm_id = env->comm_id;
-    rc->stream.activity = &rc->conn.activity;
+    hccl_framer_init(&rc->framer, &rdma_io, env->reactor, rc, env->rank, rc->peer, SIZE_MAX);
+    rc->framer.comm_id = env->comm_id;
+    rc->framer.activity = &rc->conn.activity;
 }
 
 hcclResult_t hccl_rdma_protocol_error(rdma_conn_t *rc, const char *what)
@@ -176,7 +176,7 @@ static hcclResult_t on_recv(rdma_conn_t *rc, const struct ibv_wc *wc, int slot)
         rc->rx_ready[at] = slot;
         rc->rx_ready_len[at] = m->len;
         rc->rx_count++;
-        return hcclSuccess; /* reposted once the stream has read it */
+        return hcclSuccess; /* reposted once the framer has read it */
     }
     case RDMA_MSG_CTS: {
         rdma_cts_t cts;
@@ -208,11 +208,11 @@ void hccl_rdma_conn_progress(rdma_conn_t *rc)
     if (rc->failed)
         return;
     if (rc->rx_count > 0)
-        res = hccl_stream_rx(&rc->stream, SIZE_MAX);
+        res = hccl_framer_rx(&rc->framer, SIZE_MAX);
     if (!hccl_is_failure(res))
         res = hccl_rdma_zcopy_progress(rc);
     if (!hccl_is_failure(res))
-        res = hccl_stream_tx(&rc->stream);
+        res = hccl_framer_tx(&rc->framer);
     if (!hccl_is_failure(res) && rc->owed >= RDMA_CREDITS / 2 && rc->ntx_free > 0 &&
         hccl_rdma_send_msg(rc, RDMA_MSG_CREDIT, NULL, 0, 0) < 0)
         res = hcclRemoteError;

@@ -47,11 +47,11 @@ static bool agrees(const hccl_xfer_t *x, uint32_t peer_sig, uint64_t peer_len)
 /* A staged message from the peer for (seq, tag), whole or still arriving, or NULL. */
 static const hccl_frame_t *staged_arrival(const rdma_conn_t *rc, uint64_t seq, uint32_t tag)
 {
-    const hccl_unexp_t *cur = rc->stream.rx_unexp;
+    const hccl_unexp_t *cur = rc->framer.rx_unexp;
 
     if (cur && cur->f.seq == seq && cur->f.tag == tag)
         return &cur->f;
-    for (const hccl_unexp_t *u = rc->stream.unexp_head; u; u = u->next)
+    for (const hccl_unexp_t *u = rc->framer.unexp_head; u; u = u->next)
         if (u->f.seq == seq && u->f.tag == tag)
             return &u->f;
     return NULL;
@@ -67,7 +67,7 @@ static hcclResult_t check_no_staged(rdma_conn_t *rc, const hccl_xfer_t *x)
 /* Zero-copy receives whose sender sent a staged message instead. */
 static hcclResult_t check_arrivals(rdma_conn_t *rc)
 {
-    if (!rc->stream.unexp_head && !rc->stream.rx_unexp)
+    if (!rc->framer.unexp_head && !rc->framer.rx_unexp)
         return hcclSuccess;
     for (hccl_xfer_t *x = rc->zcts_wait.head; x; x = x->next)
         HCCL_CHECK(check_no_staged(rc, x));
@@ -292,7 +292,7 @@ hcclResult_t hccl_rdma_on_rts(rdma_conn_t *rc, const rdma_rts_t *rts)
         return hcclSuccess;
     if (x)
         return mismatch(rc, x, rts->sig, rts->len, true);
-    for (x = rc->stream.posted.head; x; x = x->next)
+    for (x = rc->framer.posted.head; x; x = x->next)
         if (x->seq == rts->seq && x->tag == rts->tag)
             return mismatch(rc, x, rts->sig, rts->len, true);
     h = hccl_calloc(1, sizeof(*h));

@@ -10,7 +10,7 @@
 #include <event2/event.h>
 #include <sys/types.h>
 
-#include "links/stream.h"
+#include "links/frame.h"
 
 #define SHM_NAME_BYTES 40
 
@@ -87,7 +87,7 @@ typedef struct shm_conn {
     int in_fd;                 /* owned: the peer's connection to us */
     struct event *live_ev;
     pid_t pid;
-    hccl_stream_t stream;
+    hccl_framer_t framer;
 } shm_conn_t;
 
 typedef struct shm_ctx {
@@ -138,6 +138,6 @@ void hccl_shm_conn_close(shm_conn_t *sc);
  * it may have been reused, and is not what it offered (shm_ops.c). */
 bool hccl_shm_peer_left(const shm_conn_t *sc);
 void hccl_shm_teardown(shm_ctx_t *ctx);
-extern const hccl_stream_io_t hccl_shm_io;
+extern const hccl_framer_io_t hccl_shm_io;
 
 #endif

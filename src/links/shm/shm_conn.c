@@ -386,7 +386,7 @@ void hccl_shm_teardown(shm_ctx_t *ctx)
         hccl_shm_conn_close(sc);
         if (sc->peer_seg)
             munmap(sc->peer_seg, sc->peer_seg_bytes);
-        hccl_stream_fini(&sc->stream);
+        hccl_framer_fini(&sc->framer);
         hccl_free(sc);
         ctx->conns[ctx->active[i]] = NULL;
     }

@@ -197,7 +197,7 @@ bool hccl_shm_lane_plan_sent(void *shm_ctx, int rank, uint64_t coll_seq, uint32_
 {
     shm_ctx_t *ctx = shm_ctx;
 
-    return hccl_stream_holds(&ctx->conns[rank]->stream, coll_seq, sig);
+    return hccl_framer_holds(&ctx->conns[rank]->framer, coll_seq, sig);
 }
 
 void hccl_shm_lane_on_bell(void *shm_ctx, bool (*fn)(void *arg), void *arg)

@@ -38,7 +38,7 @@ bool hccl_shm_ring_used(uint64_t head, uint64_t tail, size_t size, size_t *used)
 }
 
 /* The peer can write every counter of the ring in its own mapping: believe none of them. */
-static ssize_t shm_ring_corrupt(hccl_stream_t *s, const char *which, uint64_t head, uint64_t tail)
+static ssize_t shm_ring_corrupt(hccl_framer_t *s, const char *which, uint64_t head, uint64_t tail)
 {
     shm_conn_t *sc = s->transport;
 
@@ -52,8 +52,8 @@ static ssize_t shm_ring_corrupt(hccl_stream_t *s, const char *which, uint64_t he
 /* The consumer has taken n bytes: the producer may reuse them. */
 static void shm_ring_release(shm_conn_t *sc, shm_ring_hdr_t *r, uint64_t tail, size_t n)
 {
-    if (sc->stream.rx_wire_cold && tail + n >= sc->ctx->ring_used)
-        sc->stream.rx_wire_cold = false;
+    if (sc->framer.rx_wire_cold && tail + n >= sc->ctx->ring_used)
+        sc->framer.rx_wire_cold = false;
     atomic_store_explicit(&r->tail, tail + n, memory_order_seq_cst);
     /* Pairs with the producer's flag-then-recheck: one of us sees the other. */
     if (atomic_load_explicit(&r->producer_waiting, memory_order_seq_cst) &&
@@ -61,7 +61,7 @@ static void shm_ring_release(shm_conn_t *sc, shm_ring_hdr_t *r, uint64_t tail, s
         hccl_shm_ring_bell(sc->peer_bell);
 }
 
-static ssize_t shm_io_peek(hccl_stream_t *s, const void **data)
+static ssize_t shm_io_peek(hccl_framer_t *s, const void **data)
 {
     shm_conn_t *sc = s->transport;
     shm_ring_hdr_t *r = sc->rx_ring;
@@ -76,7 +76,7 @@ static ssize_t shm_io_peek(hccl_stream_t *s, const void **data)
     return (ssize_t)(avail < size - at ? avail : size - at);
 }
 
-static void shm_io_advance(hccl_stream_t *s, size_t n)
+static void shm_io_advance(hccl_framer_t *s, size_t n)
 {
     shm_conn_t *sc = s->transport;
     shm_ring_hdr_t *r = sc->rx_ring;
@@ -84,7 +84,7 @@ static void shm_io_advance(hccl_stream_t *s, size_t n)
     shm_ring_release(sc, r, atomic_load_explicit(&r->tail, memory_order_relaxed), n);
 }
 
-static ssize_t shm_io_read(hccl_stream_t *s, void *buf, size_t len)
+static ssize_t shm_io_read(hccl_framer_t *s, void *buf, size_t len)
 {
     shm_conn_t *sc = s->transport;
     shm_ring_hdr_t *r = sc->rx_ring;
@@ -105,7 +105,7 @@ static ssize_t shm_io_read(hccl_stream_t *s, void *buf, size_t len)
     return (ssize_t)n;
 }
 
-static ssize_t shm_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
+static ssize_t shm_io_writev(hccl_framer_t *s, const struct iovec *iov, int iovcnt)
 {
     shm_conn_t *sc = s->transport;
     shm_ring_hdr_t *r = sc->tx_ring;
@@ -162,13 +162,13 @@ bool hccl_shm_peer_left(const shm_conn_t *sc)
     return sc->out_fd < 0 || poll(&p, 1, 0) != 0;
 }
 
-static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
+static hcclResult_t shm_io_rndv_read(hccl_framer_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
     shm_conn_t *sc = s->transport;
     size_t done = 0, unit = hccl_xfer_unit(x);
     /* A receive that consumes reads cache-sized pieces into the bounce and uses each at once. */
-    char *bounce = x->consume ? hccl_stream_bounce(s) : NULL;
-    size_t piece = x->consume ? HCCL_STREAM_BOUNCE - HCCL_STREAM_BOUNCE % unit : SHM_CMA_PIECE;
+    char *bounce = x->consume ? hccl_framer_bounce(s) : NULL;
+    size_t piece = x->consume ? HCCL_FRAMER_BOUNCE - HCCL_FRAMER_BOUNCE % unit : SHM_CMA_PIECE;
 
     if (x->consume && !bounce)
         return hcclSystemError;
@@ -204,7 +204,7 @@ static hcclResult_t shm_io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hc
     return hcclSuccess;
 }
 
-static void shm_io_kick(hccl_stream_t *s)
+static void shm_io_kick(hccl_framer_t *s)
 {
     static const struct timeval now = {0, 0};
     shm_conn_t *sc = s->transport;
@@ -218,7 +218,7 @@ static void shm_io_kick(hccl_stream_t *s)
         evtimer_add(sc->ctx->more_ev, &now);
 }
 
-const hccl_stream_io_t hccl_shm_io = {
+const hccl_framer_io_t hccl_shm_io = {
     .read = shm_io_read,
     .writev = shm_io_writev,
     .rndv_read = shm_io_rndv_read,
@@ -232,10 +232,10 @@ static void shm_conn_fail(shm_conn_t *sc, hcclResult_t res)
     hccl_link_env_t *env = sc->ctx->env;
     char msg[512];
 
-    if (sc->stream.failed)
+    if (sc->framer.failed)
         return;
     snprintf(msg, sizeof(msg), "%s", hccl_error_last());
-    hccl_stream_fail(&sc->stream, res);
+    hccl_framer_fail(&sc->framer, res);
     hccl_shm_conn_close(sc);
     env->on_fatal(env->fatal_arg, res, msg);
 }
@@ -244,13 +244,13 @@ static void shm_progress_conn(shm_conn_t *sc, bool *more)
 {
     hcclResult_t res;
 
-    if (sc->stream.failed)
+    if (sc->framer.failed)
         return;
-    res = hccl_stream_rx(&sc->stream, SHM_RX_BUDGET);
+    res = hccl_framer_rx(&sc->framer, SHM_RX_BUDGET);
     if (res == hcclInProgress)
         *more = true;
     if (!hccl_is_failure(res))
-        res = hccl_stream_tx(&sc->stream);
+        res = hccl_framer_tx(&sc->framer);
     if (hccl_is_failure(res))
         shm_conn_fail(sc, res);
 }
@@ -302,8 +302,8 @@ static bool shm_poll(void *arg)
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
         shm_ring_hdr_t *r = sc->rx_ring;
         uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-        if (!sc->stream.failed &&
-            (atomic_load_explicit(&r->head, memory_order_acquire) != tail || sc->stream.rndv_head)) {
+        if (!sc->framer.failed &&
+            (atomic_load_explicit(&r->head, memory_order_acquire) != tail || sc->framer.rndv_head)) {
             shm_progress_conn(sc, &more);
             /* Progress is what was consumed: a stalled ring must not keep the thread spinning. */
             moved |= atomic_load_explicit(&r->tail, memory_order_relaxed) != tail;
@@ -340,8 +340,8 @@ static void shm_on_peer_gone(evutil_socket_t fd, short what, void *arg)
 static void shm_peer_gone(shm_conn_t *sc)
 {
     /* What it wrote before going is still in our ring: its goodbye may be there. */
-    if (!sc->stream.failed && !hccl_is_failure(hccl_stream_rx(&sc->stream, SIZE_MAX)) &&
-        hccl_stream_closed_cleanly(&sc->stream)) {
+    if (!sc->framer.failed && !hccl_is_failure(hccl_framer_rx(&sc->framer, SIZE_MAX)) &&
+        hccl_framer_closed_cleanly(&sc->framer)) {
         HCCL_INFO(HCCL_SUB_LINK, "rank %d: rank %d closed its shm connection", sc->ctx->env->rank,
                   sc->conn.peer);
         hccl_shm_conn_close(sc);
@@ -460,14 +460,14 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
         sc->conn.ops = &hccl_link_shm_ops;
         sc->conn.ctx = ctx;
         sc->conn.priv = sc;
-        hccl_stream_init(&sc->stream, &hccl_shm_io, env->reactor, sc, env->rank, peers[i],
+        hccl_framer_init(&sc->framer, &hccl_shm_io, env->reactor, sc, env->rank, peers[i],
                          env->params->cma_threshold);
-        sc->stream.comm_id = env->comm_id;
-        sc->stream.pull_max = env->params->shm_pull_max;
-        sc->stream.tx_wire_cold = sc->stream.rx_wire_cold = true;
+        sc->framer.comm_id = env->comm_id;
+        sc->framer.pull_max = env->params->shm_pull_max;
+        sc->framer.tx_wire_cold = sc->framer.rx_wire_cold = true;
         /* Where ranks share CPUs, a sender's copy timed includes its turns off the CPU. */
-        sc->stream.count_sender_copy = cpus_own;
-        sc->stream.activity = &sc->conn.activity;
+        sc->framer.count_sender_copy = cpus_own;
+        sc->framer.activity = &sc->conn.activity;
         sc->live_ev = event_new(base, sc->out_fd, EV_READ | EV_PERSIST, shm_on_peer_gone, sc);
         if (!sc->live_ev || event_add(sc->live_ev, NULL) != 0)
             return HCCL_FAIL(hcclSystemError, "shm: cannot watch rank %d", peers[i]);
@@ -482,7 +482,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
 static hcclResult_t shm_post_send(hccl_conn_t *c, hccl_xfer_t *x)
 {
     shm_conn_t *sc = c->priv;
-    hcclResult_t res = hccl_stream_post_send(&sc->stream, x);
+    hcclResult_t res = hccl_framer_post_send(&sc->framer, x);
 
     if (hccl_is_failure(res))
         shm_conn_fail(sc, res);
@@ -492,10 +492,10 @@ static hcclResult_t shm_post_send(hccl_conn_t *c, hccl_xfer_t *x)
 static hcclResult_t shm_post_recv(hccl_conn_t *c, hccl_xfer_t *x)
 {
     shm_conn_t *sc = c->priv;
-    hcclResult_t res = hccl_stream_post_recv(&sc->stream, x);
+    hcclResult_t res = hccl_framer_post_recv(&sc->framer, x);
 
     if (hccl_is_failure(res))
-        shm_conn_fail(sc, res); /* x was failed by the stream */
+        shm_conn_fail(sc, res); /* x was failed by the framer */
     return hcclSuccess;
 }
 
@@ -505,8 +505,8 @@ static void shm_abort(void *vctx, hcclResult_t res)
 
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
-        hccl_stream_send_failure(&sc->stream, res);
-        hccl_stream_fail(&sc->stream, res);
+        hccl_framer_send_failure(&sc->framer, res);
+        hccl_framer_fail(&sc->framer, res);
         hccl_shm_conn_close(sc); /* closing our sockets tells the peers */
     }
 }
@@ -516,7 +516,7 @@ static void shm_close_peer(void *vctx, int peer)
     shm_ctx_t *ctx = vctx;
     shm_conn_t *sc = ctx->conns[peer];
 
-    if (!sc || sc->stream.failed)
+    if (!sc || sc->framer.failed)
         return;
     hccl_error_set_quiet(hcclRemoteError, "rank %d: shm connection to rank %d (pid %d) was cut "
                          "(HCCL_FAULT close)", ctx->env->rank, peer, (int)sc->pid);
@@ -529,11 +529,11 @@ static void shm_shutdown(void *vctx, int64_t deadline_ms)
 
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
-        if (sc->stream.failed || sc->peer_bell < 0)
+        if (sc->framer.failed || sc->peer_bell < 0)
             continue;
-        hccl_stream_send_bye(&sc->stream);
+        hccl_framer_send_bye(&sc->framer);
         /* A full ring drains as the peer reads; it rings our doorbell when it does. */
-        while (hccl_stream_tx(&sc->stream) == hcclInProgress) {
+        while (hccl_framer_tx(&sc->framer) == hcclInProgress) {
             struct pollfd p = {.fd = ctx->bell_fd, .events = POLLIN};
             int64_t left = deadline_ms - hccl_now_ms();
             uint64_t v;
@@ -552,7 +552,7 @@ static void shm_fini(void *vctx)
     if (!ctx)
         return;
     for (int i = 0; i < ctx->nactive; i++)
-        hccl_stream_fail(&ctx->conns[ctx->active[i]]->stream, hcclAborted);
+        hccl_framer_fail(&ctx->conns[ctx->active[i]]->framer, hcclAborted);
     hccl_shm_teardown(ctx);
     hccl_free(ctx->conns);
     hccl_free(ctx->active);

@@ -4,7 +4,7 @@
 
 #include <event2/event.h>
 
-#include "links/stream.h"
+#include "links/frame.h"
 
 /* What a rank publishes in its card. */
 typedef struct {
@@ -36,7 +36,7 @@ typedef struct tcp_conn {
     hccl_conn_t conn;       /* conn.priv points back here */
     struct tcp_ctx *ctx;    /* borrowed */
     int fd;
-    bool write_armed;       /* the stream has bytes to send: watch for room */
+    bool write_armed;       /* the framer has bytes to send: watch for room */
     bool sleep_full;        /* sleep_epfd watches all its events, not only the peer's end */
     /*
      * Read-ahead: a short read (a frame header) takes whatever the socket holds, up to
@@ -46,7 +46,7 @@ typedef struct tcp_conn {
     char *ra;               /* owned, TCP_READAHEAD bytes */
     size_t ra_pos, ra_len;  /* unread bytes are ra[ra_pos, ra_len) */
     bool ra_drained;        /* the last recv found the socket empty: this pass reads no more */
-    hccl_stream_t stream;
+    hccl_framer_t framer;
     char peer_addr[64];
 } tcp_conn_t;
 

@@ -1,4 +1,4 @@
-/* tcp: the link vtable, the socket events and the stream I/O over a socket. */
+/* tcp: the link vtable, the socket events and the framer's I/O over a socket. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
@@ -14,7 +14,7 @@
 #define TCP_RX_BUDGET (4u << 20)
 #define TCP_READAHEAD (16u << 10)
 
-static ssize_t tcp_io_read(hccl_stream_t *s, void *buf, size_t len)
+static ssize_t tcp_io_read(hccl_framer_t *s, void *buf, size_t len)
 {
     tcp_conn_t *tc = s->transport;
     ssize_t n;
@@ -48,7 +48,7 @@ static ssize_t tcp_io_read(hccl_stream_t *s, void *buf, size_t len)
     return -1;
 }
 
-static ssize_t tcp_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
+static ssize_t tcp_io_writev(hccl_framer_t *s, const struct iovec *iov, int iovcnt)
 {
     tcp_conn_t *tc = s->transport;
     struct msghdr msg = {.msg_iov = (struct iovec *)(uintptr_t)iov, .msg_iovlen = (size_t)iovcnt};
@@ -63,7 +63,7 @@ static ssize_t tcp_io_writev(hccl_stream_t *s, const struct iovec *iov, int iovc
     return -1;
 }
 
-static const hccl_stream_io_t tcp_io = {
+static const hccl_framer_io_t tcp_io = {
     .read = tcp_io_read,
     .writev = tcp_io_writev,
 };
@@ -74,10 +74,10 @@ static void tcp_conn_fail(tcp_conn_t *tc, hcclResult_t res)
     hccl_link_env_t *env = tc->ctx->env;
     char msg[512];
 
-    if (tc->stream.failed)
+    if (tc->framer.failed)
         return;
     snprintf(msg, sizeof(msg), "%s", hccl_error_last());
-    hccl_stream_fail(&tc->stream, res);
+    hccl_framer_fail(&tc->framer, res);
     hccl_tcp_conn_close(tc);
     env->on_fatal(env->fatal_arg, res, msg);
 }
@@ -161,7 +161,7 @@ static void tcp_sleep_set_watch(tcp_conn_t *tc, bool full)
 
 static void tcp_update_write_interest(tcp_conn_t *tc)
 {
-    bool want = hccl_stream_tx_pending(&tc->stream);
+    bool want = hccl_framer_tx_pending(&tc->framer);
 
     if (tc->fd < 0 || want == tc->write_armed)
         return;
@@ -233,8 +233,8 @@ static void tcp_on_readable(tcp_conn_t *tc)
     hcclResult_t res;
 
     tc->ra_drained = false;
-    res = hccl_stream_rx(&tc->stream, TCP_RX_BUDGET);
-    if (hccl_is_failure(res) && hccl_stream_closed_cleanly(&tc->stream)) {
+    res = hccl_framer_rx(&tc->framer, TCP_RX_BUDGET);
+    if (hccl_is_failure(res) && hccl_framer_closed_cleanly(&tc->framer)) {
         /* The peer said goodbye first: its EOF ends the connection, not the communicator. */
         HCCL_INFO(HCCL_SUB_LINK, "rank %d: rank %d closed its tcp connection", tc->ctx->env->rank,
                   tc->conn.peer);
@@ -256,7 +256,7 @@ static void tcp_on_writable(tcp_conn_t *tc)
 {
     hcclResult_t res;
 
-    res = hccl_stream_tx(&tc->stream);
+    res = hccl_framer_tx(&tc->framer);
     if (hccl_is_failure(res)) {
         tcp_conn_fail(tc, res);
         return;
@@ -337,14 +337,14 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         tc->conn.ctx = ctx;
         tc->conn.peer = peers[i];
         tc->conn.priv = tc;
-        hccl_stream_init(&tc->stream, &tcp_io, env->reactor, tc, env->rank, peers[i], SIZE_MAX);
-        tc->stream.comm_id = env->comm_id;
-        tc->stream.activity = &tc->conn.activity;
-        tc->stream.park_unmatched = true; /* level-triggered epoll: the socket stays readable */
+        hccl_framer_init(&tc->framer, &tcp_io, env->reactor, tc, env->rank, peers[i], SIZE_MAX);
+        tc->framer.comm_id = env->comm_id;
+        tc->framer.activity = &tc->conn.activity;
+        tc->framer.park_unmatched = true; /* level-triggered epoll: the socket stays readable */
         /* Large messages are offered (RTS) and sent when the receiver asks (PULL): they land in
          * the receive's buffer instead of a heap copy when the sender runs ahead. */
-        tc->stream.rndv_threshold = env->params->tcp_offer_min;
-        tc->stream.pull_max = SIZE_MAX;
+        tc->framer.rndv_threshold = env->params->tcp_offer_min;
+        tc->framer.pull_max = SIZE_MAX;
         tc->ra = hccl_malloc(TCP_READAHEAD);
         if (!tc->ra)
             return HCCL_FAIL(hcclSystemError, "tcp: out of memory");
@@ -370,7 +370,7 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
 static hcclResult_t tcp_post_send(hccl_conn_t *c, hccl_xfer_t *x)
 {
     tcp_conn_t *tc = c->priv;
-    hcclResult_t res = hccl_stream_post_send(&tc->stream, x);
+    hcclResult_t res = hccl_framer_post_send(&tc->framer, x);
 
     if (hccl_is_failure(res)) {
         tcp_conn_fail(tc, res);
@@ -383,11 +383,11 @@ static hcclResult_t tcp_post_send(hccl_conn_t *c, hccl_xfer_t *x)
 static hcclResult_t tcp_post_recv(hccl_conn_t *c, hccl_xfer_t *x)
 {
     tcp_conn_t *tc = c->priv;
-    hcclResult_t res = hccl_stream_post_recv(&tc->stream, x);
+    hcclResult_t res = hccl_framer_post_recv(&tc->framer, x);
 
     if (hccl_is_failure(res)) {
         tcp_conn_fail(tc, res);
-        return hcclSuccess; /* x was failed by the stream */
+        return hcclSuccess; /* x was failed by the framer */
     }
     tcp_update_write_interest(tc);
     return hcclSuccess;
@@ -402,8 +402,8 @@ static void tcp_abort(void *vctx, hcclResult_t res)
         if (!tc)
             continue;
         if (tc->fd >= 0)
-            hccl_stream_send_failure(&tc->stream, res);
-        hccl_stream_fail(&tc->stream, res);
+            hccl_framer_send_failure(&tc->framer, res);
+        hccl_framer_fail(&tc->framer, res);
         hccl_tcp_conn_close(tc);
     }
 }
@@ -413,7 +413,7 @@ static void tcp_close_peer(void *vctx, int peer)
     tcp_ctx_t *ctx = vctx;
     tcp_conn_t *tc = ctx->conns[peer];
 
-    if (!tc || tc->fd < 0 || tc->stream.failed)
+    if (!tc || tc->fd < 0 || tc->framer.failed)
         return;
     hccl_error_set_quiet(hcclRemoteError, "rank %d: tcp connection to rank %d (%s) was cut "
                          "(HCCL_FAULT close)", ctx->env->rank, peer, tc->peer_addr);
@@ -426,11 +426,11 @@ static void tcp_shutdown(void *vctx, int64_t deadline_ms)
 
     for (int r = 0; r < ctx->env->nranks; r++) {
         tcp_conn_t *tc = ctx->conns[r];
-        if (!tc || tc->fd < 0 || tc->stream.failed)
+        if (!tc || tc->fd < 0 || tc->framer.failed)
             continue;
-        hccl_stream_send_bye(&tc->stream);
+        hccl_framer_send_bye(&tc->framer);
         /* Bounded: a peer that stopped reading must not hold our destroy. */
-        while (hccl_stream_tx(&tc->stream) == hcclInProgress) {
+        while (hccl_framer_tx(&tc->framer) == hcclInProgress) {
             struct pollfd p = {.fd = tc->fd, .events = POLLOUT};
             int64_t left = deadline_ms - hccl_now_ms();
             if (left <= 0 || poll(&p, 1, (int)left) <= 0)
@@ -449,9 +449,9 @@ static void tcp_fini(void *vctx)
         tcp_conn_t *tc = ctx->conns[r];
         if (!tc)
             continue;
-        hccl_stream_fail(&tc->stream, hcclAborted);
+        hccl_framer_fail(&tc->framer, hcclAborted);
         hccl_tcp_conn_close(tc);
-        hccl_stream_fini(&tc->stream);
+        hccl_framer_fini(&tc->framer);
         hccl_free(tc->ra);
         hccl_free(tc);
     }

@@ -21,7 +21,7 @@
 #include "core/comm.h"
 #include "core/wire.h"
 #include "links/shm/shm.h"
-#include "links/stream.h"
+#include "links/frame.h"
 #include "links/tcp/tcp.h"
 
 /* ---- settings that differ ---- */
@@ -215,7 +215,7 @@ typedef struct {
     size_t left;
 } mem_io_t;
 
-static ssize_t mem_read(hccl_stream_t *s, void *buf, size_t len)
+static ssize_t mem_read(hccl_framer_t *s, void *buf, size_t len)
 {
     mem_io_t *m = s->transport;
     size_t n = len < m->left ? len : m->left;
@@ -226,13 +226,13 @@ static ssize_t mem_read(hccl_stream_t *s, void *buf, size_t len)
     return (ssize_t)n;
 }
 
-static ssize_t mem_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
+static ssize_t mem_writev(hccl_framer_t *s, const struct iovec *iov, int iovcnt)
 {
     (void)s, (void)iov, (void)iovcnt;
     return 0;
 }
 
-static const hccl_stream_io_t mem_io = {.read = mem_read, .writev = mem_writev};
+static const hccl_framer_io_t mem_io = {.read = mem_read, .writev = mem_writev};
 
 typedef struct {
     hccl_xfer_t x;
@@ -249,7 +249,7 @@ static void on_rx(hccl_xfer_t *x, hcclResult_t res)
 static void test_foreign_frame_fails_the_link(void **state)
 {
     hccl_reactor_t *r;
-    hccl_stream_t s;
+    hccl_framer_t s;
     hccl_frame_t f = {.magic = HCCL_WIRE_MAGIC, .version = HCCL_WIRE_VERSION, .type = HCCL_FRAME_DATA,
                       .tag = 1, .comm_id = 99, .seq = 1, .len = 4};
     mem_io_t m = {(const char *)&f, sizeof(f)};
@@ -259,14 +259,14 @@ static void test_foreign_frame_fails_the_link(void **state)
 
     (void)state;
     assert_int_equal(hccl_reactor_create(NULL, -1, &r), hcclSuccess);
-    hccl_stream_init(&s, &mem_io, r, &m, 0, 1, SIZE_MAX);
+    hccl_framer_init(&s, &mem_io, r, &m, 0, 1, SIZE_MAX);
     s.comm_id = 98;
-    assert_int_equal(hccl_stream_post_recv(&s, &rx.x), hcclSuccess);
-    res = hccl_stream_rx(&s, SIZE_MAX);
+    assert_int_equal(hccl_framer_post_recv(&s, &rx.x), hcclSuccess);
+    res = hccl_framer_rx(&s, SIZE_MAX);
     assert_int_equal(res, hcclRemoteError);
     assert_non_null(strstr(hccl_error_last(), "frame of another communicator"));
     assert_non_null(strstr(hccl_error_last(), "from rank 1"));
-    hccl_stream_fail(&s, res);
+    hccl_framer_fail(&s, res);
     for (int i = 0; i < 5; i++)
         hccl_reactor_drive(r, 0);
     assert_int_equal(rx.ndone, 1);
@@ -278,19 +278,19 @@ static void test_foreign_frame_fails_the_link(void **state)
 static void test_huge_claim_costs_nothing(void **state)
 {
     hccl_reactor_t *r;
-    hccl_stream_t s;
+    hccl_framer_t s;
     hccl_frame_t f = {.magic = HCCL_WIRE_MAGIC, .version = HCCL_WIRE_VERSION, .type = HCCL_FRAME_DATA,
                       .tag = 1, .comm_id = 5, .seq = 1, .len = HCCL_WIRE_MAX_LEN};
     mem_io_t m = {(const char *)&f, sizeof(f)};
 
     (void)state;
     assert_int_equal(hccl_reactor_create(NULL, -1, &r), hcclSuccess);
-    hccl_stream_init(&s, &mem_io, r, &m, 0, 1, SIZE_MAX);
+    hccl_framer_init(&s, &mem_io, r, &m, 0, 1, SIZE_MAX);
     s.comm_id = 5;
-    assert_int_equal(hccl_stream_rx(&s, SIZE_MAX), hcclSuccess); /* waits for the payload */
+    assert_int_equal(hccl_framer_rx(&s, SIZE_MAX), hcclSuccess); /* waits for the payload */
     assert_non_null(s.rx_unexp);
-    assert_true(s.rx_unexp->cap <= HCCL_STREAM_HOLD_FIRST);
-    hccl_stream_fail(&s, hcclAborted);
+    assert_true(s.rx_unexp->cap <= HCCL_FRAMER_HOLD_FIRST);
+    hccl_framer_fail(&s, hcclAborted);
     hccl_reactor_destroy(r);
 }
 

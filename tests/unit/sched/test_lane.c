@@ -604,7 +604,7 @@ static void test_mismatch(void **state)
     w = world_new(2, 64);
     held.f.seq = 7;
     held.f.sig = hccl_sig_make(HCCL_COLL_ALLREDUCE, hcclInt32, hcclSum, -1, 100000);
-    w->conn[1][0].stream.unexp_head = &held;
+    w->conn[1][0].framer.unexp_head = &held;
     op_init(&t1, HCCL_COLL_BARRIER, NULL, NULL, 0, hcclUint8, hcclSum);
     t1.op.seq = 7;
     hccl_lane_enqueue(w->lane[1], &t1.op);
@@ -612,7 +612,7 @@ static void test_mismatch(void **state)
     assert_int_equal(t1.done, 0);
     assert_non_null(strstr(w->fatal[1], "collective mismatch at seq 7: rank 0 called allreduce"));
     assert_non_null(strstr(w->fatal[1], "(it sent a message of it), this rank barrier()"));
-    w->conn[1][0].stream.unexp_head = NULL;
+    w->conn[1][0].framer.unexp_head = NULL;
     world_free(w);
 }
 

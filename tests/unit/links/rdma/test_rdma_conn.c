@@ -137,7 +137,7 @@ static void test_peer_vanishes(void **state)
 static bool bye_seen(void *arg)
 {
     (void)arg;
-    return hccl_stream_closed_cleanly(&conn_of(0)->stream);
+    return hccl_framer_closed_cleanly(&conn_of(0)->framer);
 }
 
 static bool cm_quiet0(void *arg)

@@ -194,7 +194,7 @@ static void test_collective_mismatch(void **state)
     world_down(false);
 }
 
-static bool unexp_at1(void *arg) { (void)arg; return conn_of(1)->stream.unexp_head != NULL; }
+static bool unexp_at1(void *arg) { (void)arg; return conn_of(1)->framer.unexp_head != NULL; }
 
 /*
  * A staged message for a (seq, tag) that this side receives zero-copy: found when the receive

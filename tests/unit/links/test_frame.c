@@ -1,6 +1,6 @@
 /*
- * The stream framing engine over a real kernel socket pair: two hccl_stream_t
- * on the ends of socketpair(AF_UNIX, SOCK_STREAM), our own stream I/O (with a
+ * The framing engine (the framer) over a real kernel socket pair: two hccl_framer_t
+ * on the ends of socketpair(AF_UNIX, SOCK_STREAM), our own byte I/O (with a
  * write budget to cut frames at exact bytes), one reactor for the deferred
  * completions, and a pump that behaves like the tcp link's event handlers.
  * Everything is bounded by iteration counts; nothing sleeps.
@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "links/link.h"
-#include "links/stream.h"
+#include "links/frame.h"
 #include "reactor/reactor.h"
 
 #define MAX_PUMPS 200000  /* pump iterations before a test gives up */
@@ -29,10 +29,10 @@
 /* ---- one end of the pair ---- */
 
 typedef struct {
-    hccl_stream_t s;
+    hccl_framer_t s;
     int fd;
     size_t wbudget;     /* bytes writev may still write (SIZE_MAX: unlimited) */
-    size_t rx_budget;   /* max_bytes per hccl_stream_rx */
+    size_t rx_budget;   /* max_bytes per hccl_framer_rx */
     int rndv;           /* rndv_read: 0 copies from the sender's memory, 1 refuses */
     int rndv_reads;     /* single-copy reads done */
     size_t peek_max;    /* peek shows at most this many bytes (odd: units split at its edge) */
@@ -67,7 +67,7 @@ struct world {
     bool cbad;          /* a piece out of order or not of whole units */
 };
 
-static ssize_t io_read(hccl_stream_t *s, void *buf, size_t len)
+static ssize_t io_read(hccl_framer_t *s, void *buf, size_t len)
 {
     ep_t *e = s->transport;
     ssize_t n = recv(e->fd, buf, len, MSG_DONTWAIT);
@@ -81,7 +81,7 @@ static ssize_t io_read(hccl_stream_t *s, void *buf, size_t len)
     return -1;
 }
 
-static ssize_t io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
+static ssize_t io_writev(hccl_framer_t *s, const struct iovec *iov, int iovcnt)
 {
     ep_t *e = s->transport;
     struct iovec v[8];
@@ -111,7 +111,7 @@ static ssize_t io_writev(hccl_stream_t *s, const struct iovec *iov, int iovcnt)
 }
 
 /* Single copy within one process: the "sender's memory" is ours. */
-static hcclResult_t io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
+static hcclResult_t io_rndv_read(hccl_framer_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
 {
     ep_t *e = s->transport;
 
@@ -126,7 +126,7 @@ static hcclResult_t io_rndv_read(hccl_stream_t *s, const hccl_frame_t *f, hccl_x
 }
 
 /* In place, as a ring would show it: a copy of what MSG_PEEK sees, released by advance. */
-static ssize_t io_peek(hccl_stream_t *s, const void **data)
+static ssize_t io_peek(hccl_framer_t *s, const void **data)
 {
     ep_t *e = s->transport;
     size_t max = e->peek_max < sizeof(e->peeked) - 16 ? e->peek_max : sizeof(e->peeked) - 16;
@@ -142,7 +142,7 @@ static ssize_t io_peek(hccl_stream_t *s, const void **data)
     return -1;
 }
 
-static void io_advance(hccl_stream_t *s, size_t n)
+static void io_advance(hccl_framer_t *s, size_t n)
 {
     ep_t *e = s->transport;
     char sink[4096];
@@ -151,13 +151,13 @@ static void io_advance(hccl_stream_t *s, size_t n)
     assert_int_equal(recv(e->fd, sink, n, MSG_DONTWAIT), (ssize_t)n);
 }
 
-static const hccl_stream_io_t io_plain = {.read = io_read, .writev = io_writev};
-static const hccl_stream_io_t io_rndv = {.read = io_read, .writev = io_writev,
+static const hccl_framer_io_t io_plain = {.read = io_read, .writev = io_writev};
+static const hccl_framer_io_t io_rndv = {.read = io_read, .writev = io_writev,
                                          .rndv_read = io_rndv_read};
-static const hccl_stream_io_t io_peekable = {.read = io_read, .writev = io_writev,
+static const hccl_framer_io_t io_peekable = {.read = io_read, .writev = io_writev,
                                              .peek = io_peek, .advance = io_advance};
 
-static world_t *world_new(const hccl_stream_io_t *io, size_t rndv_threshold)
+static world_t *world_new(const hccl_framer_io_t *io, size_t rndv_threshold)
 {
     world_t *w = calloc(1, sizeof(*w));
     int fds[2];
@@ -170,7 +170,7 @@ static world_t *world_new(const hccl_stream_io_t *io, size_t rndv_threshold)
         e->fd = fds[i];
         e->wbudget = SIZE_MAX;
         e->rx_budget = 1u << 20;
-        hccl_stream_init(&e->s, io, w->r, e, i, 1 - i, rndv_threshold);
+        hccl_framer_init(&e->s, io, w->r, e, i, 1 - i, rndv_threshold);
     }
     return w;
 }
@@ -178,7 +178,7 @@ static world_t *world_new(const hccl_stream_io_t *io, size_t rndv_threshold)
 static void world_free(world_t *w)
 {
     for (int i = 0; i < 2; i++)
-        hccl_stream_fail(&w->ep[i].s, hcclAborted);
+        hccl_framer_fail(&w->ep[i].s, hcclAborted);
     for (int i = 0; i < 10; i++)
         hccl_reactor_drive(w->r, 0);
     for (int i = 0; i < 2; i++)
@@ -186,7 +186,7 @@ static void world_free(world_t *w)
             close(w->ep[i].fd);
     hccl_reactor_destroy(w->r); /* runs what is still posted: the pool is alive until here */
     for (int i = 0; i < 2; i++)
-        hccl_stream_fini(&w->ep[i].s);
+        hccl_framer_fini(&w->ep[i].s);
     for (int i = 0; i < w->nbufs; i++)
         free(w->bufs[i]);
     free(w);
@@ -244,13 +244,13 @@ static xf_t *xf(world_t *w, uint64_t seq, uint32_t tag, void *buf, size_t len)
 static hcclResult_t post_send(world_t *w, int side, xf_t *m)
 {
     m->x.peer = 1 - side;
-    return hccl_stream_post_send(&w->ep[side].s, &m->x);
+    return hccl_framer_post_send(&w->ep[side].s, &m->x);
 }
 
 static hcclResult_t post_recv(world_t *w, int side, xf_t *m)
 {
     m->x.peer = 1 - side;
-    return hccl_stream_post_recv(&w->ep[side].s, &m->x);
+    return hccl_framer_post_recv(&w->ep[side].s, &m->x);
 }
 
 /* What the tcp link does with a failure: a clean close after the peer's BYE, else fail all. */
@@ -259,11 +259,11 @@ static void ep_failed(ep_t *e, hcclResult_t res, bool on_rx)
     if (e->err == hcclSuccess)
         e->err = res;
     e->closed = true;
-    if (on_rx && hccl_stream_closed_cleanly(&e->s)) {
+    if (on_rx && hccl_framer_closed_cleanly(&e->s)) {
         e->graceful = true;
         return;
     }
-    hccl_stream_fail(&e->s, res);
+    hccl_framer_fail(&e->s, res);
 }
 
 static void ep_step(ep_t *e)
@@ -272,12 +272,12 @@ static void ep_step(ep_t *e)
 
     if (e->closed)
         return;
-    res = hccl_stream_tx(&e->s);
+    res = hccl_framer_tx(&e->s);
     if (hccl_is_failure(res)) {
         ep_failed(e, res, false);
         return;
     }
-    res = hccl_stream_rx(&e->s, e->rx_budget);
+    res = hccl_framer_rx(&e->s, e->rx_budget);
     if (hccl_is_failure(res))
         ep_failed(e, res, true);
 }
@@ -357,7 +357,7 @@ static void test_large_message(void **state)
     tx1 = xf(w, 3, 2, s1, len);
     assert_false(hccl_is_failure(post_send(w, 1, tx1)));
     /* The socket buffer is far smaller: the first write was partial. */
-    assert_true(hccl_stream_tx_pending(&w->ep[0].s));
+    assert_true(hccl_framer_tx_pending(&w->ep[0].s));
     assert_int_equal(tx0->ndone + tx1->ndone, 0);
 
     assert_true(pump(w, 3));
@@ -449,7 +449,7 @@ static void test_recv_posted_midway(void **state)
         w->ep[0].wbudget = cuts[c];
         assert_false(hccl_is_failure(post_send(w, 0, tx)));
         assert_int_equal(w->ep[0].wbudget, 0);
-        assert_int_equal(hccl_stream_rx(&w->ep[1].s, SIZE_MAX), hcclSuccess);
+        assert_int_equal(hccl_framer_rx(&w->ep[1].s, SIZE_MAX), hcclSuccess);
         if (cuts[c] < FRAME) {
             assert_int_equal(w->ep[1].s.rx_hdr_got, cuts[c]);
         } else {
@@ -460,7 +460,7 @@ static void test_recv_posted_midway(void **state)
         assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
         drive_n(w, 3);
         assert_int_equal(rx->ndone, 0);
-        /* A later message on the same stream still arrives after it. */
+        /* A later message on the same connection still arrives after it. */
         tx2 = xf(w, 9, 5, small, sizeof(small));
         rx2 = xf(w, 9, 5, small_r, sizeof(small_r));
         assert_int_equal(post_recv(w, 1, rx2), hcclSuccess);
@@ -533,7 +533,7 @@ static void test_zero_length_at_rx_budget(void **state)
 
     assert_int_equal(post_recv(w, 1, zr), hcclSuccess);
     assert_false(hccl_is_failure(post_send(w, 0, zs)));
-    assert_false(hccl_is_failure(hccl_stream_rx(&w->ep[1].s, FRAME)));
+    assert_false(hccl_is_failure(hccl_framer_rx(&w->ep[1].s, FRAME)));
     drive_n(w, 5);
     assert_int_equal(zs->ndone, 1);
     assert_int_equal(zr->ndone, 1); /* dispatched now: no more bytes will call rx again */
@@ -541,7 +541,7 @@ static void test_zero_length_at_rx_budget(void **state)
 
     /* The same with the message held as unexpected. */
     assert_false(hccl_is_failure(post_send(w, 0, us)));
-    assert_false(hccl_is_failure(hccl_stream_rx(&w->ep[1].s, FRAME)));
+    assert_false(hccl_is_failure(hccl_framer_rx(&w->ep[1].s, FRAME)));
     assert_int_equal(post_recv(w, 1, ur), hcclSuccess);
     drive_n(w, 5);
     assert_int_equal(ur->ndone, 1);
@@ -569,7 +569,7 @@ static void test_length_mismatch(void **state)
             w->ep[0].wbudget = FRAME + 50;
         assert_false(hccl_is_failure(post_send(w, 0, tx)));
         if (v == MM_RECV_MIDWAY) {
-            assert_int_equal(hccl_stream_rx(&w->ep[1].s, SIZE_MAX), hcclSuccess);
+            assert_int_equal(hccl_framer_rx(&w->ep[1].s, SIZE_MAX), hcclSuccess);
             assert_true(w->ep[1].s.rx_in_payload);
             assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
             w->ep[0].wbudget = SIZE_MAX;
@@ -640,9 +640,9 @@ static void test_malformed_frames(void **state)
         assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
         /* Half a header is no error yet. */
         raw_frame(w, bad[i].magic, bad[i].version, bad[i].type, 5, 5, bad[i].len, 0, 10);
-        assert_int_equal(hccl_stream_rx(&w->ep[1].s, SIZE_MAX), hcclSuccess);
+        assert_int_equal(hccl_framer_rx(&w->ep[1].s, SIZE_MAX), hcclSuccess);
         raw_frame(w, bad[i].magic, bad[i].version, bad[i].type, 5, 5, bad[i].len, 10, FRAME);
-        res = hccl_stream_rx(&w->ep[1].s, SIZE_MAX);
+        res = hccl_framer_rx(&w->ep[1].s, SIZE_MAX);
         assert_true(hccl_is_failure(res));
         assert_non_null(strstr(hccl_error_last(), "malformed"));
         /* The caller fails the connection: the waiting receive ends once, with that error. */
@@ -674,20 +674,20 @@ static void test_fail_completes_everything_once(void **state)
     assert_false(hccl_is_failure(post_send(w, 0, s2)));       /* queued */
     assert_false(hccl_is_failure(post_send(w, 0, s3)));       /* queued */
     assert_int_equal(post_recv(w, 0, r1), hcclSuccess);       /* never sent */
-    assert_false(hccl_is_failure(hccl_stream_send_bye(&w->ep[0].s))); /* a control frame queued */
+    assert_false(hccl_is_failure(hccl_framer_send_bye(&w->ep[0].s))); /* a control frame queued */
     assert_false(hccl_is_failure(post_send(w, 1, u1)));       /* arrives, never received */
-    assert_false(hccl_is_failure(hccl_stream_rx(&w->ep[0].s, SIZE_MAX)));
+    assert_false(hccl_is_failure(hccl_framer_rx(&w->ep[0].s, SIZE_MAX)));
     assert_non_null(w->ep[0].s.unexp_head);
-    assert_false(hccl_is_failure(hccl_stream_rx(&w->ep[1].s, SIZE_MAX)));
+    assert_false(hccl_is_failure(hccl_framer_rx(&w->ep[1].s, SIZE_MAX)));
     assert_ptr_equal(w->ep[1].s.rx_xfer, &rs1->x);            /* being filled */
     assert_int_equal(post_recv(w, 1, r2), hcclSuccess);       /* never sent */
     drive_n(w, 5);
     assert_done_ok(u1);
     assert_int_equal(w->ncompleted, 1);
 
-    hccl_stream_fail(&w->ep[0].s, hcclAborted);
-    hccl_stream_fail(&w->ep[1].s, hcclAborted);
-    hccl_stream_fail(&w->ep[0].s, hcclRemoteError); /* idempotent */
+    hccl_framer_fail(&w->ep[0].s, hcclAborted);
+    hccl_framer_fail(&w->ep[1].s, hcclAborted);
+    hccl_framer_fail(&w->ep[0].s, hcclRemoteError); /* idempotent */
     drive_n(w, 5);
     for (size_t i = 0; i < sizeof(a_side) / sizeof(a_side[0]); i++) {
         assert_int_equal(a_side[i]->ndone, 1);
@@ -701,11 +701,11 @@ static void test_fail_completes_everything_once(void **state)
     assert_int_equal(w->ncompleted, 7);
     assert_null(w->ep[0].s.unexp_head);
     assert_null(w->ep[0].s.ctl_head);
-    assert_false(hccl_stream_tx_pending(&w->ep[0].s));
-    assert_true(hccl_is_failure(hccl_stream_rx(&w->ep[1].s, SIZE_MAX)));
-    assert_true(hccl_is_failure(hccl_stream_tx(&w->ep[0].s)));
+    assert_false(hccl_framer_tx_pending(&w->ep[0].s));
+    assert_true(hccl_is_failure(hccl_framer_rx(&w->ep[1].s, SIZE_MAX)));
+    assert_true(hccl_is_failure(hccl_framer_tx(&w->ep[0].s)));
 
-    /* Posting on a failed stream completes at once, from the loop, with the same result. */
+    /* Posting on a failed framer completes at once, from the loop, with the same result. */
     late_s = xf(w, 20, 0, small, 4);
     late_r = xf(w, 20, 0, small_r, 4);
     assert_false(hccl_is_failure(post_send(w, 0, late_s)));
@@ -775,7 +775,7 @@ static void test_rndv(void **state)
         assert_non_null(w->ep[0].s.await_fin.head);
         drive_n(w, 3);
         assert_int_equal(tx->ndone, 0);
-        hccl_stream_fail(&w->ep[0].s, hcclRemoteError);
+        hccl_framer_fail(&w->ep[0].s, hcclRemoteError);
         drive_n(w, 3);
         assert_int_equal(tx->ndone, 1);
         assert_int_equal(tx->res, hcclRemoteError);
@@ -836,7 +836,7 @@ static void test_rndv_pull(void **state)
 {
     const size_t len = 100000;
     world_t *w = world_new(&io_rndv, 4096);
-    hccl_stream_t *rs = &w->ep[1].s;
+    hccl_framer_t *rs = &w->ep[1].s;
 
     (void)state;
     rs->pull_max = len;
@@ -898,7 +898,7 @@ static void test_pull_counts_sender_copy(void **state)
 {
     const size_t len = 100000;
     world_t *w = world_new(&io_rndv, 4096);
-    hccl_stream_t *ss = &w->ep[0].s, *rs = &w->ep[1].s;
+    hccl_framer_t *ss = &w->ep[0].s, *rs = &w->ep[1].s;
 
     (void)state;
     rs->pull_max = len;
@@ -956,7 +956,7 @@ static void test_offer_pulled_without_single_copy(void **state)
         offer_one(w, 8, t, len, t % 2 == 0);
     assert_int_equal(w->ep[1].rndv_reads, 0);
     assert_null(w->ep[1].s.unexp_head);
-    for (int i = 0; i < HCCL_STREAM_SPARES; i++)
+    for (int i = 0; i < HCCL_FRAMER_SPARES; i++)
         assert_int_equal(w->ep[1].s.spare_cap[i], 0); /* no payload was ever held */
     assert_null(w->ep[0].s.await_fin.head);
     assert_null(w->ep[0].s.pulled.head);
@@ -970,7 +970,7 @@ static void read_until_parked(world_t *w)
 {
     for (int i = 0; i < MAX_PUMPS && !w->ep[1].s.rx_parked; i++) {
         ep_step(&w->ep[0]);
-        assert_false(hccl_is_failure(hccl_stream_rx(&w->ep[1].s, 1u << 20)));
+        assert_false(hccl_is_failure(hccl_framer_rx(&w->ep[1].s, 1u << 20)));
     }
     assert_true(w->ep[1].s.rx_parked);
 }
@@ -1011,7 +1011,7 @@ static void test_park_unmatched(void **state)
     assert_done_ok(rx[1]);
     assert_memory_equal(rb[1], sb[1], len);
     assert_null(w->ep[1].s.unexp_head);
-    for (int i = 0; i < HCCL_STREAM_SPARES; i++)
+    for (int i = 0; i < HCCL_FRAMER_SPARES; i++)
         assert_int_equal(w->ep[1].s.spare_cap[i], 0);
     /* 3 parked behind 2, then the queue runs without its receive: held, delivered later. */
     assert_int_equal(post_recv(w, 1, rx[2]), hcclSuccess);
@@ -1066,9 +1066,9 @@ static xf_t *xf_consume(world_t *w, uint64_t seq, uint32_t tag, size_t len, size
  */
 static void test_consume(void **state)
 {
-    const size_t len = 3u * HCCL_STREAM_BOUNCE + 1000; /* several bounces, not a whole number */
+    const size_t len = 3u * HCCL_FRAMER_BOUNCE + 1000; /* several bounces, not a whole number */
     /* Through the bounce; in place; in place but misaligned (through the bounce); single-copy. */
-    const hccl_stream_io_t *ios[] = {&io_plain, &io_peekable, &io_peekable, &io_rndv};
+    const hccl_framer_io_t *ios[] = {&io_plain, &io_peekable, &io_peekable, &io_rndv};
 
     (void)state;
     for (int k = 0; k < 4; k++) {
@@ -1098,7 +1098,7 @@ static void test_consume(void **state)
         assert_memory_equal(w->cbuf, sb, len);
         /* Single-copy reads land in the bounce: a page-aligned one (the kernel copied 3.7x
          * slower into one 16 bytes off a page, as malloc gives). */
-        assert_int_equal((uintptr_t)hccl_stream_bounce(&w->ep[1].s) % 4096, 0);
+        assert_int_equal((uintptr_t)hccl_framer_bounce(&w->ep[1].s) % 4096, 0);
         /* Held first, then consumed whole when its receive is posted. */
         w->ep[0].wbudget = SIZE_MAX;
         assert_false(hccl_is_failure(post_send(w, 0, tx2)));
@@ -1113,7 +1113,7 @@ static void test_consume(void **state)
         assert_memory_equal(w->cbuf, sb2, 40);
         assert_int_equal(w->ep[0].err, hcclSuccess);
         assert_int_equal(w->ep[1].err, hcclSuccess);
-        hccl_stream_fini(&w->ep[1].s);
+        hccl_framer_fini(&w->ep[1].s);
         world_free(w);
     }
 }
@@ -1126,8 +1126,8 @@ static void test_consume(void **state)
  */
 static void test_store_receive(void **state)
 {
-    const size_t len = 3u * HCCL_STREAM_BOUNCE + 1000;
-    const hccl_stream_io_t *ios[] = {&io_plain, &io_peekable};
+    const size_t len = 3u * HCCL_FRAMER_BOUNCE + 1000;
+    const hccl_framer_io_t *ios[] = {&io_plain, &io_peekable};
 
     (void)state;
     for (int k = 0; k < 2; k++) {
@@ -1177,8 +1177,8 @@ static void test_bye_then_recv_fails(void **state)
     xf_t *late = xf(w, 2, 2, m_r, 4), *late_s = xf(w, 2, 3, m, 4);
 
     assert_false(hccl_is_failure(post_send(w, 0, ms)));
-    assert_false(hccl_is_failure(hccl_stream_send_bye(&w->ep[0].s)));
-    assert_false(hccl_is_failure(hccl_stream_send_bye(&w->ep[0].s))); /* once */
+    assert_false(hccl_is_failure(hccl_framer_send_bye(&w->ep[0].s)));
+    assert_false(hccl_is_failure(hccl_framer_send_bye(&w->ep[0].s))); /* once */
     assert_true(w->ep[0].s.bye_sent);
     {
         /* On the wire: the message and exactly one BYE frame. */
@@ -1221,7 +1221,7 @@ static void test_bye_then_recv_fails(void **state)
 /*
  * A receive already posted when the BYE arrives waits on a rank that will never send: it must
  * fail with hcclRemoteError. rx reports the failure, but with peer_bye set, so a caller that
- * takes rx failures after BYE as a clean close (the tcp link) never fails the stream.
+ * takes rx failures after BYE as a clean close (the tcp link) never fails the framer.
  */
 static void test_bye_fails_posted_recv(void **state)
 {
@@ -1230,7 +1230,7 @@ static void test_bye_fails_posted_recv(void **state)
     xf_t *rx = xf(w, 5, 5, buf, sizeof(buf));
 
     assert_int_equal(post_recv(w, 1, rx), hcclSuccess);
-    assert_false(hccl_is_failure(hccl_stream_send_bye(&w->ep[0].s)));
+    assert_false(hccl_is_failure(hccl_framer_send_bye(&w->ep[0].s)));
     pump_n(w, 20);
     assert_true(w->ep[1].s.peer_bye);
     assert_int_equal(w->ep[1].err, hcclRemoteError); /* rx did say it */

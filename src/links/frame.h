@@ -4,8 +4,8 @@
  * transfers of different steps and collectives never mix, data that arrives
  * before its receive is held, and a malformed frame fails the connection.
  */
-#ifndef HCCL_LINK_STREAM_H
-#define HCCL_LINK_STREAM_H
+#ifndef HCCL_LINK_FRAME_H
+#define HCCL_LINK_FRAME_H
 
 #include <sys/uio.h>
 
@@ -30,34 +30,34 @@ typedef struct {
     uint16_t version;
     uint16_t type;
     uint32_t tag;
-    uint32_t sig;       /* the collective's signature (hccl_sig_make), 0 = none */
-    uint64_t comm_id;   /* the communicator: a frame of another one is rejected */
+    uint32_t sig;     /* the collective's signature (hccl_sig_make), 0 = none */
+    uint64_t comm_id; /* the communicator: a frame of another one is rejected */
     uint64_t seq;
     uint64_t len;
     uint64_t addr;
 } hccl_frame_t;
 
-typedef struct hccl_stream hccl_stream_t;
+typedef struct hccl_framer hccl_framer_t;
 
-typedef struct hccl_stream_io {
+typedef struct hccl_framer_io {
     /* Bytes read/written (> 0), 0 when it would block, < 0 on error (message recorded). */
-    ssize_t (*read)(hccl_stream_t *s, void *buf, size_t len);
-    ssize_t (*writev)(hccl_stream_t *s, const struct iovec *iov, int iovcnt);
+    ssize_t (*read)(hccl_framer_t *s, void *buf, size_t len);
+    ssize_t (*writev)(hccl_framer_t *s, const struct iovec *iov, int iovcnt);
     /* Single-copy read of an RTS message into x (optional). hcclUnsupported: fall back. */
-    hcclResult_t (*rndv_read)(hccl_stream_t *s, const hccl_frame_t *f, hccl_xfer_t *x);
+    hcclResult_t (*rndv_read)(hccl_framer_t *s, const hccl_frame_t *f, hccl_xfer_t *x);
     /*
-     * Asks for a hccl_stream_rx call soon, from the loop (optional): a receive posted after its
+     * Asks for a hccl_framer_rx call soon, from the loop (optional): a receive posted after its
      * RTS arrived is then read there, within the receive budget, instead of inside the post.
      */
-    void (*kick)(hccl_stream_t *s);
+    void (*kick)(hccl_framer_t *s);
     /*
      * Optional pair: the next received bytes where they lie (contiguous; > 0 bytes, 0 when none
      * has arrived, < 0 on error, message recorded), then release of n of them. A receive with a
      * consume function then uses them in place instead of copying them out first.
      */
-    ssize_t (*peek)(hccl_stream_t *s, const void **data);
-    void (*advance)(hccl_stream_t *s, size_t n);
-} hccl_stream_io_t;
+    ssize_t (*peek)(hccl_framer_t *s, const void **data);
+    void (*advance)(hccl_framer_t *s, size_t n);
+} hccl_framer_io_t;
 
 typedef struct hccl_ctl {
     hccl_frame_t f;
@@ -65,22 +65,22 @@ typedef struct hccl_ctl {
 } hccl_ctl_t;
 
 /* First allocation for a message that arrives before its receive; then it grows x8. */
-#define HCCL_STREAM_HOLD_FIRST (64u << 10)
+#define HCCL_FRAMER_HOLD_FIRST (64u << 10)
 /*
  * Buffers of delivered held messages kept for the next ones (the largest, each at most
  * SPARE_MAX): a fresh one costs a page fault per 4 KiB, since large allocations are mapped
  * and unmapped again on free.
  */
-#define HCCL_STREAM_SPARES 4
-#define HCCL_STREAM_SPARE_MAX (1u << 20)
+#define HCCL_FRAMER_SPARES 4
+#define HCCL_FRAMER_SPARE_MAX (1u << 20)
 
 /*
  * Where a receive with a consume function stages what it cannot use in place: sized to stay in
  * a core's L2 cache next to the operands it is reduced with.
  */
-#define HCCL_STREAM_BOUNCE (256u << 10)
+#define HCCL_FRAMER_BOUNCE (256u << 10)
 
-/* A receive whose RTS had arrived first: its single-copy read waits for hccl_stream_rx. */
+/* A receive whose RTS had arrived first: its single-copy read waits for hccl_framer_rx. */
 typedef struct hccl_rndv {
     hccl_frame_t f;
     hccl_xfer_t *x;
@@ -89,20 +89,20 @@ typedef struct hccl_rndv {
 
 typedef struct hccl_unexp {
     hccl_frame_t f;
-    char *data;               /* owned; DATA payload, NULL for RTS or while none has arrived */
-    size_t cap;               /* bytes allocated at data */
+    char *data; /* owned; DATA payload, NULL for RTS or while none has arrived */
+    size_t cap; /* bytes allocated at data */
     struct hccl_unexp *next;
 } hccl_unexp_t;
 
-struct hccl_stream {
-    const hccl_stream_io_t *io;
-    hccl_reactor_t *reactor;  /* borrowed */
+struct hccl_framer {
+    const hccl_framer_io_t *io;
+    hccl_reactor_t *reactor;        /* borrowed */
     hccl_link_activity_t *activity; /* borrowed: stamped when bytes move; NULL = not kept */
-    void *transport;          /* borrowed: the link's connection */
+    void *transport;                /* borrowed: the link's connection */
     int rank;
     int peer;
-    uint64_t comm_id;         /* stamped on every frame and checked on arrival */
-    size_t rndv_threshold;    /* sends of at least this go RTS; SIZE_MAX = never */
+    uint64_t comm_id;      /* stamped on every frame and checked on arrival */
+    size_t rndv_threshold; /* sends of at least this go RTS; SIZE_MAX = never */
     /*
      * An RTS message of at most this many bytes whose receive is posted may be pulled through
      * the wire (PULL, then DATA) instead of read single-copy: the sender's copy into the wire
@@ -110,33 +110,33 @@ struct hccl_stream {
      * on where the two processes run (pulling wins where the cores share a cache and loses
      * where they do not, and that can change while a job runs: docs/performance.md): the receiver
      * times both ways (ns per byte, moving averages) and takes the faster, trying the other
-     * now and then (the more rarely, the slower it was: stream.c) so that a change is seen;
+     * now and then (the more rarely, the slower it was: frame_rndv.c) so that a change is seen;
      * such a probe's time replaces the other way's figure. 0 = never pull.
      * A pulled message is timed from its first byte (waiting for its turn is not its cost),
      * or by the sender's copy into the wire if that was slower: the two copies run at once,
      * but the first byte does not show the sender's where the wire publishes a frame once it
      * is written (a ring). The sender times its copies of pulled messages and sends the last
-     * one's figure (ps per byte) in the next pulled DATA frame's addr, and the receiver uses it; both
-     * only if count_sender_copy (a link with single copy, whose ranks each have a CPU of their
+     * one's figure (ps per byte) in the next pulled DATA frame's addr, and the receiver uses it;
+     * both only if count_sender_copy (a link with single copy, whose ranks each have a CPU of their
      * own: where they share one, the time includes turns off the CPU).
      */
     size_t pull_max;
-    double pull_ns_per_byte;  /* 0: not measured yet */
+    double pull_ns_per_byte; /* 0: not measured yet */
     double rndv_ns_per_byte;
-    bool tx_timed;            /* tx_cur answers a PULL and count_sender_copy: writes timed */
-    int64_t tx_pull_ns;       /* spent writing tx_cur so far */
-    bool tx_cold;             /* those writes went through cold wire memory */
-    double tx_pull_ns_per_byte; /* our last copy of a pulled message into the wire */
+    bool tx_timed;                  /* tx_cur answers a PULL and count_sender_copy: writes timed */
+    int64_t tx_pull_ns;             /* spent writing tx_cur so far */
+    bool tx_cold;                   /* those writes went through cold wire memory */
+    double tx_pull_ns_per_byte;     /* our last copy of a pulled message into the wire */
     uint64_t rx_sender_ps_per_byte; /* the sender's figure, from rx_xfer's frame */
-    bool rx_cold;             /* the wire was cold at rx_xfer's first byte */
+    bool rx_cold;                   /* the wire was cold at rx_xfer's first byte */
     /* Set by a transport whose wire is memory touched as it is first used (a ring): until
      * every byte of it has been written (tx) or read (rx) once, copies through it also fault
      * pages in, and are not timed. */
     bool tx_wire_cold;
     bool rx_wire_cold;
-    bool count_sender_copy;   /* see pull_max */
-    unsigned pull_choices;    /* offers since the last probe of the slower way */
-    int64_t pull_probe_ns;    /* when that was */
+    bool count_sender_copy; /* see pull_max */
+    unsigned pull_choices;  /* offers since the last probe of the slower way */
+    int64_t pull_probe_ns;  /* when that was */
     /*
      * A transport whose unread bytes announce themselves again (a socket, level-triggered)
      * may leave a message that arrived before its receive where it is, rather than hold it,
@@ -144,39 +144,39 @@ struct hccl_stream {
      * receive, and the payload then lands in place instead of in a heap copy.
      */
     bool park_unmatched;
-    bool rx_parked;           /* rx_hdr read, its receive not posted yet, payload unread */
+    bool rx_parked; /* rx_hdr read, its receive not posted yet, payload unread */
     bool failed;
     hcclResult_t fail_res;
-    bool bye_sent;            /* we are closing gracefully */
-    bool peer_bye;            /* the peer is closing gracefully */
+    bool bye_sent; /* we are closing gracefully */
+    bool peer_bye; /* the peer is closing gracefully */
     /* transmit */
-    hccl_xfer_queue_t txq;    /* sends not yet fully written; head in progress */
-    hccl_ctl_t *ctl_head;     /* control frames, sent before the next message */
+    hccl_xfer_queue_t txq; /* sends not yet fully written; head in progress */
+    hccl_ctl_t *ctl_head;  /* control frames, sent before the next message */
     hccl_ctl_t *ctl_tail;
-    hccl_ctl_t *tx_ctl;       /* control frame being written */
-    hccl_xfer_t *tx_cur;      /* send being written */
+    hccl_ctl_t *tx_ctl;  /* control frame being written */
+    hccl_xfer_t *tx_cur; /* send being written */
     hccl_frame_t tx_hdr;
     size_t tx_hdr_done;
     size_t tx_payload_done;
     hccl_xfer_queue_t await_fin; /* RTS sent, waiting for FIN/NACK/PULL */
-    hccl_xfer_queue_t pulled; /* RTS sent and pulled: their DATA goes out before new sends */
+    hccl_xfer_queue_t pulled;    /* RTS sent and pulled: their DATA goes out before new sends */
     /* receive */
     hccl_frame_t rx_hdr;
     size_t rx_hdr_got;
     bool rx_in_payload;
     char *rx_dst;
     size_t rx_left;
-    hccl_xfer_t *rx_xfer;     /* the receive being filled, or NULL */
-    char *bounce;             /* owned, HCCL_STREAM_BOUNCE bytes once a consume receive needs it */
-    size_t rx_carry;          /* bytes of rx_xfer read into bounce and not consumed yet */
-    char *spare[HCCL_STREAM_SPARES]; /* owned: held messages' buffers, for the next ones */
-    size_t spare_cap[HCCL_STREAM_SPARES];
+    hccl_xfer_t *rx_xfer; /* the receive being filled, or NULL */
+    char *bounce;         /* owned, HCCL_FRAMER_BOUNCE bytes once a consume receive needs it */
+    size_t rx_carry;      /* bytes of rx_xfer read into bounce and not consumed yet */
+    char *spare[HCCL_FRAMER_SPARES]; /* owned: held messages' buffers, for the next ones */
+    size_t spare_cap[HCCL_FRAMER_SPARES];
     size_t rx_rndv_bytes;     /* single-copy bytes read since last counted against the rx budget */
     hccl_unexp_t *rx_unexp;   /* the unexpected message being filled, or NULL */
     hccl_xfer_queue_t posted; /* receives without a message yet */
     hccl_unexp_t *unexp_head; /* messages without a receive yet, in arrival order */
     hccl_unexp_t *unexp_tail;
-    hccl_rndv_t *rndv_head;   /* reads to do at the next hccl_stream_rx, in posting order */
+    hccl_rndv_t *rndv_head; /* reads to do at the next hccl_framer_rx, in posting order */
     hccl_rndv_t *rndv_tail;
 };
 
@@ -186,32 +186,32 @@ struct hccl_stream {
  */
 const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_allowed);
 
-void hccl_stream_init(hccl_stream_t *s, const hccl_stream_io_t *io, hccl_reactor_t *r, void *transport,
-                      int rank, int peer, size_t rndv_threshold);
+void hccl_framer_init(hccl_framer_t *s, const hccl_framer_io_t *io, hccl_reactor_t *r,
+                      void *transport, int rank, int peer, size_t rndv_threshold);
 /* Queues x; writes what it can now. Failure means the connection is broken. */
-hcclResult_t hccl_stream_post_send(hccl_stream_t *s, hccl_xfer_t *x);
-hcclResult_t hccl_stream_post_recv(hccl_stream_t *s, hccl_xfer_t *x);
+hcclResult_t hccl_framer_post_send(hccl_framer_t *s, hccl_xfer_t *x);
+hcclResult_t hccl_framer_post_recv(hccl_framer_t *s, hccl_xfer_t *x);
 /* Writes until done or the wire is full. */
-hcclResult_t hccl_stream_tx(hccl_stream_t *s);
+hcclResult_t hccl_framer_tx(hccl_framer_t *s);
 /* Reads and dispatches until nothing is left, or max_bytes were read. */
-hcclResult_t hccl_stream_rx(hccl_stream_t *s, size_t max_bytes);
-bool hccl_stream_tx_pending(const hccl_stream_t *s);
+hcclResult_t hccl_framer_rx(hccl_framer_t *s, size_t max_bytes);
+bool hccl_framer_tx_pending(const hccl_framer_t *s);
 /* Whether a message of collective seq arrived with no receive for it (its signature in *sig). */
-bool hccl_stream_holds(const hccl_stream_t *s, uint64_t seq, uint32_t *sig);
+bool hccl_framer_holds(const hccl_framer_t *s, uint64_t seq, uint32_t *sig);
 /* The peer said goodbye and nothing waits on it: its EOF is a clean close, not a failure. */
-bool hccl_stream_closed_cleanly(const hccl_stream_t *s);
-/* Queues the goodbye of a graceful close (then hccl_stream_tx flushes it). */
-hcclResult_t hccl_stream_send_bye(hccl_stream_t *s);
+bool hccl_framer_closed_cleanly(const hccl_framer_t *s);
+/* Queues the goodbye of a graceful close (then hccl_framer_tx flushes it). */
+hcclResult_t hccl_framer_send_bye(hccl_framer_t *s);
 /*
  * Before closing after a failure: tells the peer, in one non-blocking write between frames, that
  * this side failed with res, so that the peer reports that rather than a vanished process.
  */
-void hccl_stream_send_failure(hccl_stream_t *s, hcclResult_t res);
+void hccl_framer_send_failure(hccl_framer_t *s, hcclResult_t res);
 /* Fails every transfer (completion deferred) and drops held messages. Idempotent. */
-void hccl_stream_fail(hccl_stream_t *s, hcclResult_t res);
-/* Frees what the stream owns beyond its queues (call after hccl_stream_fail or a clean close). */
-void hccl_stream_fini(hccl_stream_t *s);
-/* The stream's bounce buffer (allocated on first use), or NULL (message recorded). */
-char *hccl_stream_bounce(hccl_stream_t *s);
+void hccl_framer_fail(hccl_framer_t *s, hcclResult_t res);
+/* Frees what the framer owns beyond its queues (call after hccl_framer_fail or a clean close). */
+void hccl_framer_fini(hccl_framer_t *s);
+/* The framer's bounce buffer (allocated on first use), or NULL (message recorded). */
+char *hccl_framer_bounce(hccl_framer_t *s);
 
-#endif /* HCCL_LINK_STREAM_H */
+#endif /* HCCL_LINK_FRAME_H */
