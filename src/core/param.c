@@ -26,7 +26,9 @@ static const hccl_param_info_t params[] = {
     {"HCCL_CONNECT_TIMEOUT", "120", "seconds for the rendezvous and link set-up"},
     {"HCCL_EXEC_TIMEOUT", "0", "seconds a request may take; 0: no limit"},
     {"HCCL_ALGO", "auto", "algorithm, or per collective: allreduce=ring;broadcast=tree"},
-    {"HCCL_BUFFSIZE", "4194304", "bytes of shm ring per peer (at least 4096, whole pages)"},
+    {"HCCL_BUFFSIZE", "4194304",
+     "bytes of shm ring per peer (at least 4096, whole pages); also the most data a peer may "
+     "leave held for receives not posted yet"},
     {"HCCL_LINKS", "all", "link kinds allowed: shm, tcp, rdma"},
     {"HCCL_SOCKET_IFNAME", "auto", "interface or prefix for tcp; =name: exact"},
     {"HCCL_NSOCKS", "1", "tcp sockets per peer (only 1 is supported)"},

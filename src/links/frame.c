@@ -77,6 +77,8 @@ const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_
     case HCCL_FRAME_PULL:
     case HCCL_FRAME_BYE:
         return f->len != 0 || f->addr != 0 ? "control frame with a length" : NULL;
+    case HCCL_FRAME_CREDIT:
+        return f->len == 0 || f->len > HCCL_WIRE_MAX_LEN || f->addr != 0 ? "bad credit" : NULL;
     default:
         return "unknown type";
     }

@@ -17,12 +17,13 @@
 #define HCCL_WIRE_MAX_LEN (1ull << 40)
 
 enum {
-    HCCL_FRAME_DATA = 1, /* len payload bytes follow; addr: see pull_max */
-    HCCL_FRAME_RTS = 2,  /* single-copy offer: read len bytes at addr in the sender's memory */
-    HCCL_FRAME_FIN = 3,  /* the receiver has read an RTS message */
-    HCCL_FRAME_NACK = 4, /* the receiver cannot read it: send it as DATA */
-    HCCL_FRAME_BYE = 5,  /* the sender destroyed its communicator: its EOF is expected */
-    HCCL_FRAME_PULL = 6, /* the receive of an RTS message is posted: send it as DATA */
+    HCCL_FRAME_DATA = 1,   /* len payload bytes follow; addr: see pull_max */
+    HCCL_FRAME_RTS = 2,    /* single-copy offer: read len bytes at addr in the sender's memory */
+    HCCL_FRAME_FIN = 3,    /* the receiver has read an RTS message */
+    HCCL_FRAME_NACK = 4,   /* the receiver cannot read it: send it as DATA */
+    HCCL_FRAME_BYE = 5,    /* the sender destroyed its communicator: its EOF is expected */
+    HCCL_FRAME_PULL = 6,   /* the receive of an RTS message is posted: send it as DATA */
+    HCCL_FRAME_CREDIT = 7, /* len bytes of DATA reached their receives: see eager_cap */
 };
 
 typedef struct {
@@ -145,6 +146,20 @@ struct hccl_framer {
      */
     bool park_unmatched;
     bool rx_parked; /* rx_hdr read, its receive not posted yet, payload unread */
+    /*
+     * Flow control (0: none): the DATA bytes a sender has written and the receiver has not yet
+     * delivered to posted receives (CREDIT frames say so, every quarter of it) stay within
+     * eager_cap; a message that would pass it goes as an offer (RTS) instead, whose send
+     * completes only once its receive is posted. So what a receiver holds for receives not
+     * posted yet stays under eager_cap bytes of payload per peer, however far a sender runs
+     * ahead, and no plan can deadlock on it: every plan already runs on the sim link, where a
+     * send completes only at its receive. A peer that sends past the cap anyway is failed.
+     * Offers need a link that takes them (single copy or pulling); elsewhere there is no cap.
+     */
+    size_t eager_cap;
+    uint64_t tx_uncredited; /* DATA bytes written and not credited back yet */
+    uint64_t rx_held;       /* DATA bytes held for receives not posted yet */
+    uint64_t rx_uncredited; /* DATA bytes delivered and not credited to the sender yet */
     bool failed;
     hcclResult_t fail_res;
     bool bye_sent; /* we are closing gracefully */

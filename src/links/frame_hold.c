@@ -53,8 +53,22 @@ void framer_free_spares(hccl_framer_t *s)
 
 hcclResult_t framer_hold(hccl_framer_t *s, bool with_payload)
 {
-    hccl_unexp_t *u = hccl_calloc(1, sizeof(*u));
+    hccl_unexp_t *u;
 
+    if (with_payload) {
+        /* A sender within the protocol never fails this: its DATA bytes not yet delivered,
+         * these among them, stay within the cap (frame.h, eager_cap). */
+        if (s->eager_cap && framer_offers_taken(s) && s->rx_held + s->rx_hdr.len > s->eager_cap)
+            return HCCL_FAIL(hcclRemoteError,
+                             "rank %d: rank %d sent %llu bytes that no receive has asked for "
+                             "while %llu were held already, past the %zu bytes a peer may leave "
+                             "held (HCCL_BUFFSIZE): it does not follow the flow control; closing "
+                             "the connection",
+                             s->rank, s->peer, (unsigned long long)s->rx_hdr.len,
+                             (unsigned long long)s->rx_held, s->eager_cap);
+        s->rx_held += s->rx_hdr.len;
+    }
+    u = hccl_calloc(1, sizeof(*u));
     if (!u)
         return HCCL_FAIL(hcclSystemError, "rank %d: out of memory holding a message", s->rank);
     u->f = s->rx_hdr;

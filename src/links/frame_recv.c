@@ -73,9 +73,10 @@ hcclResult_t hccl_framer_post_recv(hccl_framer_t *s, hccl_xfer_t *x)
         }
         framer_deliver(x, u->data);
         framer_unexp_free(s, u);
+        s->rx_held -= x->len;
         x->moved = x->len;
         hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
-        return hcclSuccess;
+        return framer_credit(s, x->len);
     }
     if (s->peer_bye)
         return framer_fail_xfer(s, x, framer_peer_gone(s));
@@ -93,6 +94,7 @@ static hcclResult_t framer_on_bye(hccl_framer_t *s)
                          "connections; its error names the cause",
                          s->rank, s->peer, hcclGetErrorString((hcclResult_t)s->rx_hdr.tag));
     s->peer_bye = true;
+    framer_drop_credits(s);
     if (s->posted.head || s->await_fin.head)
         return framer_peer_gone(s);
     return hcclSuccess;
@@ -139,6 +141,8 @@ static hcclResult_t framer_on_header(hccl_framer_t *s)
         return hcclSuccess;
     case HCCL_FRAME_BYE:
         return framer_on_bye(s);
+    case HCCL_FRAME_CREDIT:
+        return framer_on_credit(s, f->len);
     case HCCL_FRAME_FIN:
     case HCCL_FRAME_NACK:
     case HCCL_FRAME_PULL:
@@ -154,12 +158,10 @@ static hcclResult_t framer_on_header(hccl_framer_t *s)
             hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
             return hcclSuccess;
         }
-        /* The peer cannot read our memory: never offer again, resend as DATA first. */
+        /* The peer cannot read our memory: never offer it a large message again, and send this
+         * one as DATA now (its receive is posted: as if pulled). */
         s->rndv_threshold = SIZE_MAX;
-        x->next = s->txq.head;
-        s->txq.head = x;
-        if (!s->txq.tail)
-            s->txq.tail = x;
+        hccl_xfer_queue_push(&s->pulled, x);
         return hccl_framer_tx(s);
     default:
         return framer_protocol_error(s, "unknown type"); /* not reached: checked above */
@@ -177,10 +179,11 @@ static hcclResult_t framer_on_payload_done(hccl_framer_t *s)
             framer_way_sample(s, true, mine > theirs ? mine : theirs, s->rx_xfer->len,
                               s->rx_cold || s->rx_wire_cold);
         }
-        s->rx_xfer->moved = s->rx_xfer->len;
+        size_t len = s->rx_xfer->len;
+        s->rx_xfer->moved = len;
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, hcclSuccess);
         s->rx_xfer = NULL;
-        return hcclSuccess;
+        return framer_credit(s, len);
     } else {
         hccl_unexp_t *u = s->rx_unexp;
         /* Its receive may have been posted while the payload was still arriving. */
@@ -188,12 +191,14 @@ static hcclResult_t framer_on_payload_done(hccl_framer_t *s)
         s->rx_unexp = NULL;
         if (x) {
             hcclResult_t res = framer_check_len(s, &u->f, x);
+            size_t len = (size_t)u->f.len;
             if (res == hcclSuccess)
                 framer_deliver(x, u->data);
             x->moved = x->len;
             hccl_xfer_complete_later(s->reactor, x, res);
             framer_unexp_free(s, u);
-            return res;
+            s->rx_held -= len;
+            return res == hcclSuccess ? framer_credit(s, len) : res;
         }
         if (s->unexp_tail)
             s->unexp_tail->next = u;

@@ -17,19 +17,80 @@ void framer_fill(const hccl_framer_t *s, hccl_frame_t *f, uint16_t type, uint64_
     f->addr = addr;
 }
 
-hcclResult_t framer_queue_ctl(hccl_framer_t *s, uint16_t type, uint64_t seq, uint32_t tag)
+static hcclResult_t framer_queue_ctl_len(hccl_framer_t *s, uint16_t type, uint64_t seq,
+                                         uint32_t tag, uint64_t len)
 {
     hccl_ctl_t *c = hccl_calloc(1, sizeof(*c));
 
     if (!c)
         return HCCL_FAIL(hcclSystemError, "rank %d: out of memory for a control frame", s->rank);
-    framer_fill(s, &c->f, type, seq, tag, 0, 0);
+    framer_fill(s, &c->f, type, seq, tag, len, 0);
     if (s->ctl_tail)
         s->ctl_tail->next = c;
     else
         s->ctl_head = c;
     s->ctl_tail = c;
     return hccl_framer_tx(s);
+}
+
+hcclResult_t framer_queue_ctl(hccl_framer_t *s, uint16_t type, uint64_t seq, uint32_t tag)
+{
+    return framer_queue_ctl_len(s, type, seq, tag, 0);
+}
+
+bool framer_offers_taken(const hccl_framer_t *s)
+{
+    return s->io->rndv_read != NULL || s->pull_max > 0;
+}
+
+hcclResult_t framer_credit(hccl_framer_t *s, size_t len)
+{
+    uint64_t n;
+
+    /* A peer that said goodbye sends nothing more, and may close before it would read them. */
+    if (!s->eager_cap || !len || !framer_offers_taken(s) || s->peer_bye)
+        return hcclSuccess;
+    s->rx_uncredited += len;
+    if (s->rx_uncredited < s->eager_cap / 4)
+        return hcclSuccess;
+    n = s->rx_uncredited;
+    s->rx_uncredited = 0;
+    return framer_queue_ctl_len(s, HCCL_FRAME_CREDIT, 0, 0, n);
+}
+
+hcclResult_t framer_on_credit(hccl_framer_t *s, uint64_t len)
+{
+    if (len > s->tx_uncredited)
+        return HCCL_FAIL(hcclRemoteError,
+                         "rank %d: rank %d credited %llu bytes back but only %llu were "
+                         "outstanding; closing the connection",
+                         s->rank, s->peer, (unsigned long long)len,
+                         (unsigned long long)s->tx_uncredited);
+    s->tx_uncredited -= len;
+    return hcclSuccess;
+}
+
+void framer_drop_credits(hccl_framer_t *s)
+{
+    hccl_ctl_t **pp = &s->ctl_head;
+
+    s->ctl_tail = NULL;
+    while (*pp) {
+        hccl_ctl_t *c = *pp;
+        if (c->f.type == HCCL_FRAME_CREDIT) {
+            *pp = c->next;
+            hccl_free(c);
+            continue;
+        }
+        s->ctl_tail = c;
+        pp = &c->next;
+    }
+}
+
+/* A message that would take the DATA bytes the receiver has not delivered past the cap. */
+static bool framer_over_cap(const hccl_framer_t *s, size_t len)
+{
+    return s->eager_cap && len && s->tx_uncredited + len > s->eager_cap && framer_offers_taken(s);
 }
 
 bool hccl_framer_tx_pending(const hccl_framer_t *s)
@@ -55,9 +116,11 @@ static void framer_tx_next(hccl_framer_t *s)
         s->tx_timed = x != NULL && s->count_sender_copy;
         if (!x) {
             x = hccl_xfer_queue_pop(&s->txq);
-            rndv = x->len >= s->rndv_threshold;
+            rndv = x->len >= s->rndv_threshold || framer_over_cap(s, x->len);
             addr = rndv ? (uint64_t)(uintptr_t)x->buf : 0;
         }
+        if (!rndv && s->eager_cap && framer_offers_taken(s))
+            s->tx_uncredited += x->len;
         s->tx_cur = x;
         framer_fill(s, &s->tx_hdr, rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA, x->seq, x->tag, x->len,
                     addr);

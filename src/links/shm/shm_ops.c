@@ -464,6 +464,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
                          env->params->cma_threshold);
         sc->framer.comm_id = env->comm_id;
         sc->framer.pull_max = env->params->shm_pull_max;
+        sc->framer.eager_cap = env->params->buffsize; /* held data per peer: frame.h */
         sc->framer.tx_wire_cold = sc->framer.rx_wire_cold = true;
         /* Where ranks share CPUs, a sender's copy timed includes its turns off the CPU. */
         sc->framer.count_sender_copy = cpus_own;

@@ -341,6 +341,7 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         tc->framer.comm_id = env->comm_id;
         tc->framer.activity = &tc->conn.activity;
         tc->framer.park_unmatched = true; /* level-triggered epoll: the socket stays readable */
+        tc->framer.eager_cap = env->params->buffsize; /* held data per peer: frame.h */
         /* Large messages are offered (RTS) and sent when the receiver asks (PULL): they land in
          * the receive's buffer instead of a heap copy when the sender runs ahead. */
         tc->framer.rndv_threshold = env->params->tcp_offer_min;
