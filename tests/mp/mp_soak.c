@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hccl.h"
@@ -391,8 +392,17 @@ int main(int argc, char **argv)
             snprintf(s.msg, sizeof(s.msg), "destroy failed");
         }
     }
-    fds1 = count_dir("/proc/self/fd");
-    thr1 = count_dir("/proc/self/task");
+    /* After a failure, the bootstrap root (rank 0) keeps its listener a moment (up to a second)
+     * to tell late ranks the cause: what is left is counted once that has passed. */
+    for (int i = 0; i < 40; i++) {
+        struct timespec tick = {0, 50 * 1000 * 1000};
+
+        fds1 = count_dir("/proc/self/fd");
+        thr1 = count_dir("/proc/self/task");
+        if ((fds1 == fds0 && thr1 == thr0) || s.err == hcclSuccess)
+            break;
+        nanosleep(&tick, NULL);
+    }
     rss1 = rss_kib();
     if (rank < 0) {
         const char *env = getenv("RANK");
