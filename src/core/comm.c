@@ -8,7 +8,7 @@
 
 #include "core/comm_impl.h"
 #include "core/fault.h"
-#include "core/quarantine.h"
+#include "base/quarantine.h"
 #include "core/wire.h"
 
 hcclResult_t hccl_comm_check(const struct hcclComm *comm, const char *fn)

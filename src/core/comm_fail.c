@@ -7,7 +7,7 @@
 
 #include "core/comm_impl.h"
 #include "core/fault.h"
-#include "core/quarantine.h"
+#include "base/quarantine.h"
 #include "core/wire.h"
 
 void hccl_comm_error_text(struct hcclComm *comm, char *buf, size_t len)

@@ -7,7 +7,7 @@
 
 #include "core/comm_impl.h"
 #include "core/fault.h"
-#include "core/quarantine.h"
+#include "base/quarantine.h"
 #include "core/wire.h"
 
 hcclResult_t hccl_comm_id_check(const hccl_id_t *id, const char *fn)

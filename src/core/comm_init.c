@@ -7,7 +7,7 @@
 
 #include "core/comm_impl.h"
 #include "core/fault.h"
-#include "core/quarantine.h"
+#include "base/quarantine.h"
 #include "core/wire.h"
 
 #define HCCL_PLAN_CACHE_SIZE 64
