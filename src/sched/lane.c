@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "algos/algos.h"
 #include "links/link.h"
 #include "sched/lane_impl.h"
 #include "sched/sched.h"
