@@ -9,20 +9,6 @@
 #include "sched/sched.h"
 
 typedef enum {
-    HCCL_COLL_ALLREDUCE = 0,
-    HCCL_COLL_BROADCAST,
-    HCCL_COLL_REDUCE,
-    HCCL_COLL_ALLGATHER,
-    HCCL_COLL_REDUCESCATTER,
-    HCCL_COLL_ALLTOALL,
-    HCCL_COLL_ALLTOALLV,
-    HCCL_COLL_BARRIER,
-    HCCL_COLL_SEND,          /* point to point: root is the peer */
-    HCCL_COLL_RECV,
-    HCCL_NUM_COLLS
-} hccl_coll_t;
-
-typedef enum {
     HCCL_ALGO_AUTO = 0,
     HCCL_ALGO_RING,
     HCCL_ALGO_RECDBL,        /* recursive doubling (AllReduce, AllGather) */
@@ -38,7 +24,6 @@ typedef enum {
     HCCL_NUM_ALGOS
 } hccl_algo_t;
 
-const char *hccl_coll_name(hccl_coll_t coll);
 const char *hccl_algo_name(hccl_algo_t algo);
 
 /*

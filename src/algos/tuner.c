@@ -9,10 +9,6 @@
 
 #include "algos/algos.h"
 
-static const char *const coll_names[HCCL_NUM_COLLS] = {
-    "allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "alltoallv",
-    "barrier", "send", "recv",
-};
 static const char *const algo_names[HCCL_NUM_ALGOS] = {
     "auto", "ring", "recdbl", "tree", "chain", "scatter_allgather", "bruck", "rechalv",
     "pairwise", "dissemination", "hier", "rabenseifner",
@@ -31,11 +27,6 @@ static const unsigned coll_algos[HCCL_NUM_COLLS] = {
     [HCCL_COLL_BARRIER] = A(DISSEMINATION),
 };
 #undef A
-
-const char *hccl_coll_name(hccl_coll_t coll)
-{
-    return (unsigned)coll < HCCL_NUM_COLLS ? coll_names[coll] : "unknown";
-}
 
 const char *hccl_algo_name(hccl_algo_t algo)
 {
@@ -96,7 +87,7 @@ void hccl_tuner_init(hccl_tuner_t *t, const char *spec, size_t buffsize)
             *eq = '\0';
             trim(tok);
             for (int c = 0; c < HCCL_NUM_COLLS; c++)
-                if (strcasecmp(tok, coll_names[c]) == 0)
+                if (strcasecmp(tok, hccl_coll_name((hccl_coll_t)c)) == 0)
                     coll = c;
             if (coll < 0 || !coll_algos[coll]) {
                 HCCL_WARN("HCCL_ALGO: unknown collective '%s' ignored", tok);
@@ -108,7 +99,7 @@ void hccl_tuner_init(hccl_tuner_t *t, const char *spec, size_t buffsize)
             continue;
         }
         if (coll >= 0 && !hccl_algo_applies((hccl_coll_t)coll, a)) {
-            HCCL_WARN("HCCL_ALGO: %s has no algorithm '%s'; ignored", coll_names[coll], name);
+            HCCL_WARN("HCCL_ALGO: %s has no algorithm '%s'; ignored", hccl_coll_name((hccl_coll_t)coll), name);
             continue;
         }
         /* A bare name applies to every collective that has such an algorithm. */

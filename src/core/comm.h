@@ -3,7 +3,7 @@
 #define HCCL_COMM_H
 
 #include "algos/algos.h"
-#include "core/core.h"
+#include "base/base.h"
 #include "links/link.h"
 #include "reactor/reactor.h"
 #include "sched/lane.h"

@@ -4,7 +4,7 @@
 
 #include <stdbool.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 /* Whether a PMIx launcher started this process (PMIX_RANK and PMIX_NAMESPACE are set). */
 bool hccl_pmix_launched(void);

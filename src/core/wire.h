@@ -7,7 +7,7 @@
 #ifndef HCCL_WIRE_H
 #define HCCL_WIRE_H
 
-#include "core/core.h"
+#include "base/base.h"
 #include "links/link.h"
 
 #define HCCL_BS_HELLO_MAGIC 0x54534f42u /* "BOST" */

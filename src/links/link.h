@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/core.h"
+#include "base/base.h"
 #include "reactor/reactor.h"
 
 enum {

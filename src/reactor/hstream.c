@@ -10,7 +10,6 @@
 
 #include "reactor/hstream.h"
 #include "reactor/reactor.h"
-#include "sched/sched.h"
 
 /* The stream whose worker is the calling thread, NULL elsewhere. */
 static _Thread_local HCCL_TLS_FAST struct hcclStream *tl_worker;

@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 #define HCCL_HSTREAM_MAGIC 0x4d525453u /* "STRM" */
 #define HCCL_HEVENT_MAGIC 0x544e5645u  /* "EVNT" */

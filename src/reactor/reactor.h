@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 struct event_base;
 struct event;

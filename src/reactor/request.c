@@ -5,7 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/quarantine.h"
+#include "base/quarantine.h"
 #include "reactor/reactor_impl.h"
 
 #define HCCL_REQUEST_MAGIC 0x52514343u /* "CCQR" */

@@ -7,73 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "links/link.h"
-#include "reactor/reactor.h"
-#include "sched/sched.h"
-
-struct hccl_exec {
-    hccl_reactor_t *reactor;  /* borrowed */
-    int rank;
-    int nranks;
-    hccl_conn_t **conns;      /* borrowed, [nranks] */
-    hccl_run_t *runs;         /* in flight, doubly linked */
-    int inflight;
-    hccl_run_t *pool;         /* finished runs kept for reuse, linked by next */
-    int npool;
-    /*
-     * One scratch larger than EXEC_KEEP_SCRATCH, kept for the next run that needs as much:
-     * reallocating it each time cost every call a page fault per 4 KiB, a large share of a
-     * big collective's time (docs/performance.md). Sized by the largest need so far; freed
-     * with the executor.
-     */
-    void *big;
-    size_t big_cap;
-    bool big_busy;            /* a run in flight uses it */
-    bool recv_reduce;         /* see hccl_exec_set_recv_reduce */
-    size_t store_min;         /* see hccl_exec_set_store_min */
-    uint64_t nfused;          /* receives whose payload was reduced as it arrived */
-    hccl_exec_step_hook_t step_hook; /* NULL unless faults are injected */
-    void *step_hook_arg;
-};
-
-/*
- * Runs are recycled with their arrays and scratch, so that a collective whose plan is cached
- * allocates nothing. A pooled run keeps scratch up to EXEC_KEEP_SCRATCH; a larger need takes
- * the executor's one big scratch (hccl_exec.big), so that what stays resident is one large
- * buffer, not one per pooled run.
- */
-#define EXEC_POOL_RUNS 8
-#define EXEC_KEEP_SCRATCH (8u << 20)
-
-struct hccl_run {
-    hccl_exec_t *ex;
-    hccl_plan_t *plan;        /* retained */
-    uint64_t seq;
-    uint32_t sig;             /* stamped on every transfer */
-    char *base[HCCL_NUM_SLOTS];
-    void *scratch;            /* owned */
-    size_t scratch_cap;
-    bool uses_big;            /* its scratch is the executor's big one, not scratch */
-    uint32_t steps_cap;       /* capacity of left, ready and xfers */
-    uint32_t *left;           /* owned: unfinished predecessors per step */
-    uint32_t *ready;          /* owned: stack of steps ready to issue */
-    uint32_t nready;
-    hccl_xfer_t *xfers;       /* owned: one per step, used by sends and receives */
-    uint32_t remaining;       /* steps not completed */
-    uint32_t posted;          /* transfers handed to links and not yet back */
-    bool driving;
-    bool store;               /* results stored past the cache (hccl_exec_set_store_min) */
-    bool read_direct;         /* copying receives read single-copy (run_reads_direct) */
-    bool failed;
-    bool finishing;
-    hcclResult_t res;
-    char msg[512];
-    hccl_run_done_cb_t cb;
-    void *cb_arg;
-    hccl_post_t done_post;
-    hccl_run_t *prev;
-    hccl_run_t *next;
-};
+#include "sched/exec_impl.h"
 
 hcclResult_t hccl_exec_create(hccl_reactor_t *r, int rank, int nranks, hccl_conn_t **conns,
                               hccl_exec_t **ex_p)
@@ -113,40 +47,10 @@ void hccl_exec_destroy(hccl_exec_t *ex)
     hccl_free(ex);
 }
 
-void hccl_exec_set_store_min(hccl_exec_t *ex, size_t bytes)
-{
-    ex->store_min = bytes;
-}
-
-void hccl_exec_set_recv_reduce(hccl_exec_t *ex, bool on)
-{
-    ex->recv_reduce = on;
-}
-
-uint64_t hccl_exec_fused_recvs(const hccl_exec_t *ex)
-{
-    return ex->nfused;
-}
-
 void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *arg)
 {
     ex->step_hook = hook;
     ex->step_hook_arg = arg;
-}
-
-int hccl_exec_inflight(const hccl_exec_t *ex)
-{
-    return ex->inflight;
-}
-
-uint64_t hccl_exec_run_seq(const hccl_run_t *run)
-{
-    return run->seq;
-}
-
-bool hccl_exec_run_finishing(const hccl_run_t *run)
-{
-    return run->finishing;
 }
 
 static void run_free(hccl_run_t *run)
@@ -291,56 +195,6 @@ static void *run_ptr(const hccl_run_t *run, hccl_bref_t b)
 static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res);
 static void run_drive(hccl_run_t *run);
 
-static bool bref_overlap(hccl_bref_t a, hccl_bref_t b, size_t bytes)
-{
-    return a.slot == b.slot && a.off < b.off + bytes && b.off < a.off + bytes;
-}
-
-static bool bref_eq(hccl_bref_t a, hccl_bref_t b)
-{
-    return a.slot == b.slot && a.off == b.off;
-}
-
-/*
- * The reduce that receive step s may do as its payload arrives, or UINT32_MAX: it is s's only
- * successor (so nothing else reads what s would have stored), and one of its operands is
- * exactly what s receives while the other does not touch it. Whether it does is decided when
- * the first bytes arrive (run_consume).
- */
-static uint32_t run_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s,
-                                   const hccl_conn_t *c)
-{
-    const hccl_plan_t *p = run->plan;
-    const hccl_step_t *r;
-    uint32_t rid;
-
-    if (!run->ex->recv_reduce || s->kind != HCCL_STEP_RECV || s->nsucc != 1 || s->bytes == 0 ||
-        !hccl_conn_consumes(c))
-        return UINT32_MAX;
-    rid = p->succ[s->succ_first];
-    r = &p->steps[rid];
-    if (r->kind != HCCL_STEP_REDUCE || r->bytes != s->bytes)
-        return UINT32_MAX;
-    if (bref_eq(r->src2, s->dst) && !bref_overlap(r->src, s->dst, s->bytes))
-        return rid;
-    if (bref_eq(r->src, s->dst) && !bref_overlap(r->src2, s->dst, s->bytes))
-        return rid;
-    return UINT32_MAX;
-}
-
-/* Whether step s ends an hcclAvg: it divides its result, in place, once it is written. */
-static bool step_divides(const hccl_plan_t *p, const hccl_step_t *s)
-{
-    return (s->flags & HCCL_STEP_FINAL_DIV) && p->op == hcclAvg;
-}
-
-/* Whether step s writes its result past the cache: not the last step of hcclAvg, which reads
- * its result back at once to divide it. */
-static bool run_stores(const hccl_run_t *run, const hccl_step_t *s)
-{
-    return run->store && !step_divides(run->plan, s);
-}
-
 static void run_reduce(const hccl_run_t *run, const hccl_step_t *s, void *dst, const void *a,
                        const void *b, size_t count)
 {
@@ -408,7 +262,7 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
      * (docs/performance.md). */
     x->store = !is_send && run->store && !(s->flags & HCCL_STEP_FORWARDED) && run->plan->nsends > 0;
     if (!is_send) {
-        uint32_t rid = run_fusable_reduce(run, s, c);
+        uint32_t rid = hccl_exec_fusable_reduce(run, s, c);
         x->read_direct = run->read_direct && rid == UINT32_MAX && !(s->flags & HCCL_STEP_FORWARDED);
         if (rid != UINT32_MAX) {
             x->consume = run_consume;
@@ -496,8 +350,9 @@ static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res)
         char msg[512];
         const hccl_step_t *s = &run->plan->steps[id];
         snprintf(msg, sizeof(msg), "rank %d: %s rank %d (seq %llu, step %u, %zu bytes) failed: %s",
-                 run->ex->rank, s->kind == HCCL_STEP_SEND ? "send to" : "recv from", s->peer, (unsigned long long)run->seq, id,
-                 s->bytes, hccl_error_last()[0] ? hccl_error_last() : hcclGetErrorString(res));
+                 run->ex->rank, s->kind == HCCL_STEP_SEND ? "send to" : "recv from", s->peer,
+                 (unsigned long long)run->seq, id, s->bytes,
+                 hccl_error_last()[0] ? hccl_error_last() : hcclGetErrorString(res));
         run_fail(run, res, msg);
     } else if (!run->failed) {
         run_step_done(run, id);
@@ -505,35 +360,10 @@ static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res)
     run_drive(run);
 }
 
-hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq,
-                             const void *sendbuf, void *recvbuf, hccl_run_done_cb_t cb, void *arg,
-                             hccl_run_t **run_p)
+hcclResult_t hccl_exec_start(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq, const void *sendbuf,
+                             void *recvbuf, hccl_run_done_cb_t cb, void *arg, hccl_run_t **run_p)
 {
     return hccl_exec_start_sig(ex, plan, seq, 0, sendbuf, recvbuf, cb, arg, run_p);
-}
-
-/* The bytes a run touches: in place the send buffer is part of the receive buffer. */
-static size_t run_footprint(const hccl_plan_t *p, const void *sendbuf, const void *recvbuf)
-{
-    uintptr_t s = (uintptr_t)sendbuf, r = (uintptr_t)recvbuf;
-    bool inside = recvbuf && s >= r && s + p->send_bytes <= r + p->recv_bytes;
-
-    return (inside ? 0 : p->send_bytes) + p->recv_bytes + p->scratch_bytes;
-}
-
-/*
- * Whether a run's receives that only copy read offered messages single-copy rather than pull
- * them through the wire: where the plan only moves data and this rank sends as it receives,
- * over buffers of at least half its share of the cache (store_min). A pull is two copies,
- * one on each CPU, and in an exchange both CPUs are busy with the other direction; once the
- * buffers leave the cache, the single read costs less, and below that line pulling is the
- * faster (docs/performance.md). Not where the received data is reduced (there the read loses)
- * or sent on.
- */
-static bool run_reads_direct(const hccl_exec_t *ex, const hccl_plan_t *plan, size_t footprint)
-{
-    return ex->store_min && plan->nsends > 0 && plan->nreduces == 0 &&
-           footprint >= ex->store_min / 2;
 }
 
 hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t seq, uint32_t sig,
@@ -545,15 +375,17 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
     size_t footprint;
 
     if (!run)
-        return HCCL_FAIL(hcclSystemError, "executor: out of memory for a run of %u steps "
-                                          "(%zu bytes scratch)", n, plan->scratch_bytes);
+        return HCCL_FAIL(hcclSystemError,
+                         "executor: out of memory for a run of %u steps "
+                         "(%zu bytes scratch)",
+                         n, plan->scratch_bytes);
     hccl_plan_retain(plan);
     run->plan = plan;
     run->seq = seq;
     run->sig = sig;
-    footprint = run_footprint(plan, sendbuf, recvbuf);
+    footprint = hccl_exec_footprint(plan, sendbuf, recvbuf);
     run->store = ex->store_min && footprint > ex->store_min;
-    run->read_direct = run_reads_direct(ex, plan, footprint);
+    run->read_direct = hccl_exec_reads_direct(ex, plan, footprint);
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;
     run->base[HCCL_SLOT_SCRATCH] = run->uses_big ? ex->big : run->scratch;
@@ -584,99 +416,4 @@ void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg)
         run_fail(run, res, msg);
         run_maybe_finish(run);
     }
-}
-
-/* Appends each peer of a send or receive step in one of the states wanted; returns how many. */
-static int run_peers_in(const hccl_run_t *run, const bool want[], char *buf, size_t len)
-{
-    const hccl_plan_t *p = run->plan;
-    size_t o = 0;
-    int found = 0;
-    char *seen = hccl_calloc((size_t)p->nranks, 1);
-
-    buf[0] = '\0';
-    for (uint32_t i = 0; i < p->nsteps && seen; i++) {
-        const hccl_step_t *s = &p->steps[i];
-        uint32_t left;
-        if ((s->kind != HCCL_STEP_SEND && s->kind != HCCL_STEP_RECV) || seen[s->peer] ||
-            !want[hccl_exec_run_step_state(run, i, &left)])
-            continue;
-        seen[s->peer] = 1;
-        int w = snprintf(buf + o, len - o, "%s%d", o ? "," : "", s->peer);
-        if (w < 0 || (size_t)w >= len - o)
-            break;
-        o += (size_t)w;
-        found++;
-    }
-    hccl_free(seen);
-    return found;
-}
-
-bool hccl_exec_run_pending_peers(const hccl_run_t *run, char *buf, size_t len)
-{
-    static const bool posted[HCCL_STEP_FAILED + 1] = {[HCCL_STEP_POSTED] = true};
-    static const bool not_issued[HCCL_STEP_FAILED + 1] = {[HCCL_STEP_BLOCKED] = true,
-                                                         [HCCL_STEP_READY] = true};
-
-    if (run_peers_in(run, posted, buf, len) > 0)
-        return true;
-    run_peers_in(run, not_issued, buf, len);
-    return false;
-}
-
-/* ---- read-only views for diagnostics (the caller holds the progress lock) ---- */
-
-const hccl_run_t *hccl_exec_first_run(const hccl_exec_t *ex)
-{
-    return ex->runs;
-}
-
-const hccl_run_t *hccl_exec_next_run(const hccl_run_t *run)
-{
-    return run->next;
-}
-
-const hccl_plan_t *hccl_exec_run_plan(const hccl_run_t *run)
-{
-    return run->plan;
-}
-
-void *hccl_exec_run_arg(const hccl_run_t *run)
-{
-    return run->cb_arg;
-}
-
-uint32_t hccl_exec_run_remaining(const hccl_run_t *run)
-{
-    return run->remaining;
-}
-
-hcclResult_t hccl_exec_run_result(const hccl_run_t *run)
-{
-    return run->res;
-}
-
-bool hccl_exec_run_failed(const hccl_run_t *run, const char **msg_p)
-{
-    *msg_p = run->failed ? run->msg : NULL;
-    return run->failed;
-}
-
-hccl_step_state_t hccl_exec_run_step_state(const hccl_run_t *run, uint32_t step, uint32_t *left_p)
-{
-    const hccl_step_t *s = &run->plan->steps[step];
-
-    *left_p = run->left[step];
-    if (run->left[step] > 0)
-        return HCCL_STEP_BLOCKED;
-    /* The ready stack holds what was unblocked and not issued yet; xfers of those are still
-     * zeroed, so it is looked at first. */
-    for (uint32_t i = 0; i < run->nready; i++)
-        if (run->ready[i] == step)
-            return HCCL_STEP_READY;
-    if (s->kind != HCCL_STEP_SEND && s->kind != HCCL_STEP_RECV)
-        return HCCL_STEP_DONE; /* reductions and copies run as soon as they are issued */
-    if (run->xfers[step].res == hcclInProgress)
-        return HCCL_STEP_POSTED;
-    return run->xfers[step].res == hcclSuccess ? HCCL_STEP_DONE : HCCL_STEP_FAILED;
 }

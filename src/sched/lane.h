@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/core.h"
+#include "base/base.h"
 #include "reactor/reactor.h"
 
 /* Above this an operation is split; below it the flat way is faster (docs/performance.md). */

@@ -1,5 +1,4 @@
 /* Rank 0's choice of the way a split AllReduce runs on the lane: plain or by CPU group (lane.h). */
-#include "algos/algos.h"
 #include "links/link.h"
 #include "sched/lane_impl.h"
 

@@ -44,4 +44,20 @@ hcclResult_t hccl_lane_choice_create(hccl_lane_t *lane);
 /* As op is published (its lseq set): whether it runs grouped, and rank 0's timing of it. */
 void hccl_lane_choose_way(hccl_lane_t *lane, hccl_lane_op_t *op, size_t bytes);
 
+/* The data paths (lane_data.c), in the order an operation takes them. */
+void hccl_lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op);
+/* A block that only moves: rank r's (ours too) to its place in recvbuf. */
+hcclResult_t hccl_lane_move(hccl_lane_t *lane, hccl_lane_op_t *op, int r);
+/* Every block is in: a flat operation's result, or a split one's part (published). */
+hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op);
+/*
+ * A grouped AllReduce: once every group's sum over our share is in, their total is our part
+ * (straight into recvbuf where we are alone in our group: nobody gathers it). False until then.
+ */
+bool hccl_lane_final(hccl_lane_t *lane, hccl_lane_op_t *op);
+/* Our block went direct: whether every peer has said it is done reading it. */
+bool hccl_lane_released(hccl_lane_t *lane, hccl_lane_op_t *op);
+/* A split operation: copies out the parts published so far; true once all are. */
+bool hccl_lane_gather(hccl_lane_t *lane, hccl_lane_op_t *op);
+
 #endif

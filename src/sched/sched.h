@@ -13,16 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 struct hccl_reactor;
 struct hccl_conn;
 
 /* ---- reduction kernels (reduce.c) ---- */
 
-size_t hccl_dtype_size(hcclDataType_t dt);
-const char *hccl_dtype_name(hcclDataType_t dt);
-const char *hccl_op_name(hcclRedOp_t op);
 /*
  * dst[i] = a[i] op b[i] for count elements; dst may alias a or b. hcclAvg
  * reduces as hcclSum (see hccl_reduce_div). fp16/bf16 are computed in fp32

@@ -4,7 +4,7 @@
  *   check_env_doc DOCS_ENV_MD SOURCE_ROOT
  *
  * Fails, naming each problem, when
- *   - a variable of the parameter table (src/core/param.c, hccl_param_at) has no row in the
+ *   - a variable of the parameter table (src/base/param.c, hccl_param_at) has no row in the
  *     "## Variables" table of docs/env.md, or a row names a variable the table lacks;
  *   - a row's default differs from the table's, or the table's default from what the code does
  *     with the variable unset (hccl_params_load, the log settings, hccl-run's grace period);
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/core.h"
+#include "base/base.h"
 #include "core/wire.h"
 
 extern char **environ;
@@ -34,7 +34,7 @@ static const struct {
     const char *name;
     const char *why;
 } read_elsewhere[] = {
-    {"HCCL_DEBUG_FILE", "core/log.c: unset, the log goes to stderr"},
+    {"HCCL_DEBUG_FILE", "base/log.c: unset, the log goes to stderr"},
     {"HCCL_COMM_ID", "core/comm.c (hcclCommInitFromEnv, hcclCommInitGroup): no default"},
     {"HCCL_COMM_SECRET",
      "core/comm.c (hcclCommInitGroup): unset, the rendezvous is not authenticated"},
@@ -185,7 +185,7 @@ static void check_table_defaults(const hccl_params_t *p, const char *src_root)
             elsewhere |= strcmp(read_elsewhere[k].name, v->name) == 0;
         if (effective_default(v->name, p, src_root, got, sizeof(got))) {
             if (strcmp(got, v->def) != 0)
-                fail("src/core/param.c: the table says %s defaults to '%s', but with it unset the "
+                fail("src/base/param.c: the table says %s defaults to '%s', but with it unset the "
                      "code uses '%s'",
                      v->name, v->def, got);
         } else if (elsewhere) {
@@ -294,7 +294,7 @@ static void check_doc(const char *path, const char *config)
         v = param_find(name);
         if (!v) {
             fail("%s:%d: %s is not a variable hccl reads (it is not in the table in "
-                 "src/core/param.c): remove the row or add the variable there",
+                 "src/base/param.c): remove the row or add the variable there",
                  path, lineno, name);
             continue;
         }
@@ -337,7 +337,7 @@ static const struct {
     const char *name;
     const char *why;
 } not_read[] = {
-    {"HCCL_RANK_TABLE", "not supported: core/param.c only warns when it is set"},
+    {"HCCL_RANK_TABLE", "not supported: base/param.c only warns when it is set"},
 };
 
 static bool *read_somewhere; /* per table entry */
@@ -366,7 +366,7 @@ static void scan_file(const char *path, const char *shown)
             }
             for (const char *q = text; q < p; q++)
                 line += *q == '\n';
-            fail("%s:%d reads %s, which the table in src/core/param.c lacks (add it there and to "
+            fail("%s:%d reads %s, which the table in src/base/param.c lacks (add it there and to "
                  "docs/env.md)",
                  shown, line, buf);
         }
@@ -440,14 +440,14 @@ int main(int argc, char **argv)
             excused |= strcmp(not_read[k].name, hccl_param_at(i)->name) == 0;
         if (!read_somewhere[i] && !excused)
             fail(
-                "%s is in the table in src/core/param.c, but no file under src/ or tools/ reads it "
+                "%s is in the table in src/base/param.c, but no file under src/ or tools/ reads it "
                 "(getenv, hccl_param_env_long, env_string): remove it from the table and "
                 "docs/env.md, or add it to not_read in tests/docs/check_env_doc.c with the reason",
                 hccl_param_at(i)->name);
     }
     free(read_somewhere);
     if (failures) {
-        printf("check_env_doc: %d problem%s: docs/env.md and src/core/param.c must agree\n",
+        printf("check_env_doc: %d problem%s: docs/env.md and src/base/param.c must agree\n",
                failures, failures == 1 ? "" : "s");
         return 1;
     }

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 /* The communicator id and secret every seed frame carries (see make_seeds.c). */
 #define FUZZ_COMM_ID 0x1122334455667788ull

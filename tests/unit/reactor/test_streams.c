@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "core/core.h"
+#include "base/base.h"
 #include "hccl.h"
 
 /* ---- a gate: a stream function that blocks until the test opens it ---- */

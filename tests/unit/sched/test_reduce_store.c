@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "base/base.h"
 #include "sched/sched.h"
 
 static uint64_t rng_next(uint64_t *s) /* splitmix64 */

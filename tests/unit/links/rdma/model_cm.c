@@ -6,7 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "core/core.h"
+#include "base/base.h"
 #include "model_internal.h"
 
 /* Broadcast (under the model lock) whenever an event is queued on any channel. */

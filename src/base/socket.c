@@ -14,7 +14,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 socklen_t hccl_socket_addr_len(const hccl_sockaddr_t *addr)
 {

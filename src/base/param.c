@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 extern char **environ;
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>

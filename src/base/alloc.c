@@ -1,7 +1,7 @@
 /* Allocation through one place, so tests can make it fail on purpose. */
 #include <stdlib.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 static atomic_long fail_countdown;
 

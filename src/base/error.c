@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 #define HCCL_ERRMSG_BYTES 1024
 

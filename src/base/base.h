@@ -1,6 +1,7 @@
-/* Core services: errors, logging, allocation, parameters, time, the communicator. */
-#ifndef HCCL_CORE_H
-#define HCCL_CORE_H
+/* The base layer: errors, logging, allocation, parameters, sockets, time, dtype helpers,
+ * collective kinds and signatures; everything else builds on it. */
+#ifndef HCCL_BASE_H
+#define HCCL_BASE_H
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -134,7 +135,29 @@ int64_t hccl_now_ns(void);
 /* *ts = CLOCK_REALTIME now + ms: the absolute deadline pthread's timed waits take. */
 void hccl_abs_deadline(struct timespec *ts, int64_t ms);
 
-/* ---- collective signatures (coll.c) ---- */
+/* ---- data types, ops and collective kinds (dtype.c) ---- */
+
+size_t hccl_dtype_size(hcclDataType_t dt);
+const char *hccl_dtype_name(hcclDataType_t dt);
+const char *hccl_op_name(hcclRedOp_t op);
+
+typedef enum {
+    HCCL_COLL_ALLREDUCE = 0,
+    HCCL_COLL_BROADCAST,
+    HCCL_COLL_REDUCE,
+    HCCL_COLL_ALLGATHER,
+    HCCL_COLL_REDUCESCATTER,
+    HCCL_COLL_ALLTOALL,
+    HCCL_COLL_ALLTOALLV,
+    HCCL_COLL_BARRIER,
+    HCCL_COLL_SEND,          /* point to point: root is the peer */
+    HCCL_COLL_RECV,
+    HCCL_NUM_COLLS
+} hccl_coll_t;
+
+const char *hccl_coll_name(hccl_coll_t coll);
+
+/* ---- collective signatures (sig.c) ---- */
 
 /*
  * 32 bits that name a collective call (kind, dtype, op, root, a hash of the count); every
@@ -218,4 +241,4 @@ bool hccl_secret_equal(const uint8_t *a, const uint8_t *b, size_t len);
 /* Fills buf with random bytes from the kernel. */
 hcclResult_t hccl_random_bytes(void *buf, size_t len);
 
-#endif /* HCCL_CORE_H */
+#endif /* HCCL_BASE_H */

@@ -8,7 +8,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "core/core.h"
+#include "base/base.h"
 
 int hccl_log_level = HCCL_LOG_WARN;
 unsigned hccl_log_subsys = HCCL_SUB_ALL;

@@ -1,8 +1,8 @@
 /* Delayed frees of API handles (see quarantine.h). */
 #include <stdatomic.h>
 
-#include "core/core.h"
-#include "core/quarantine.h"
+#include "base/base.h"
+#include "base/quarantine.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

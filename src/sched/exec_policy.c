@@ -1,0 +1,79 @@
+/*
+ * The executor's policies: which receives reduce their payload as it arrives, which results
+ * bypass the cache, which receives read single-copy.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/exec_impl.h"
+
+void hccl_exec_set_store_min(hccl_exec_t *ex, size_t bytes)
+{
+    ex->store_min = bytes;
+}
+
+void hccl_exec_set_recv_reduce(hccl_exec_t *ex, bool on)
+{
+    ex->recv_reduce = on;
+}
+
+uint64_t hccl_exec_fused_recvs(const hccl_exec_t *ex)
+{
+    return ex->nfused;
+}
+
+static bool bref_overlap(hccl_bref_t a, hccl_bref_t b, size_t bytes)
+{
+    return a.slot == b.slot && a.off < b.off + bytes && b.off < a.off + bytes;
+}
+
+/*
+ * The reduce that receive step s may do as its payload arrives, or UINT32_MAX: it is s's only
+ * successor (so nothing else reads what s would have stored), and one of its operands is
+ * exactly what s receives while the other does not touch it. Whether it does is decided when
+ * the first bytes arrive (run_consume).
+ */
+uint32_t hccl_exec_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s, const hccl_conn_t *c)
+{
+    const hccl_plan_t *p = run->plan;
+    const hccl_step_t *r;
+    uint32_t rid;
+
+    if (!run->ex->recv_reduce || s->kind != HCCL_STEP_RECV || s->nsucc != 1 || s->bytes == 0 ||
+        !hccl_conn_consumes(c))
+        return UINT32_MAX;
+    rid = p->succ[s->succ_first];
+    r = &p->steps[rid];
+    if (r->kind != HCCL_STEP_REDUCE || r->bytes != s->bytes)
+        return UINT32_MAX;
+    if (bref_eq(r->src2, s->dst) && !bref_overlap(r->src, s->dst, s->bytes))
+        return rid;
+    if (bref_eq(r->src, s->dst) && !bref_overlap(r->src2, s->dst, s->bytes))
+        return rid;
+    return UINT32_MAX;
+}
+
+/* The bytes a run touches: in place the send buffer is part of the receive buffer. */
+size_t hccl_exec_footprint(const hccl_plan_t *p, const void *sendbuf, const void *recvbuf)
+{
+    uintptr_t s = (uintptr_t)sendbuf, r = (uintptr_t)recvbuf;
+    bool inside = recvbuf && s >= r && s + p->send_bytes <= r + p->recv_bytes;
+
+    return (inside ? 0 : p->send_bytes) + p->recv_bytes + p->scratch_bytes;
+}
+
+/*
+ * Whether a run's receives that only copy read offered messages single-copy rather than pull
+ * them through the wire: where the plan only moves data and this rank sends as it receives,
+ * over buffers of at least half its share of the cache (store_min). A pull is two copies,
+ * one on each CPU, and in an exchange both CPUs are busy with the other direction; once the
+ * buffers leave the cache, the single read costs less, and below that line pulling is the
+ * faster (docs/performance.md). Not where the received data is reduced (there the read loses)
+ * or sent on.
+ */
+bool hccl_exec_reads_direct(const hccl_exec_t *ex, const hccl_plan_t *plan, size_t footprint)
+{
+    return ex->store_min && plan->nsends > 0 && plan->nreduces == 0 &&
+           footprint >= ex->store_min / 2;
+}

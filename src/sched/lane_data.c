@@ -1,0 +1,320 @@
+/* The lane's data paths: publishing a block, reading, reducing and gathering the peers'. */
+#include <stdio.h>
+#include <string.h>
+
+#include "links/link.h"
+#include "sched/lane_impl.h"
+#include "sched/sched.h"
+
+/* What this rank puts in its block. */
+static size_t op_block_bytes(const hccl_lane_t *lane, const hccl_lane_op_t *op)
+{
+    if (op->coll == HCCL_COLL_BROADCAST && op->root != lane->rank)
+        return 0;
+    return hccl_lane_call_bytes(op->coll, op->count, op->dtype, lane->nranks);
+}
+
+/*
+ * Whether our block is read from sendbuf itself, single-copy, instead of copied into the slot:
+ * an AlltoAll large enough (see direct_min) that does not write what peers read (in place).
+ * Each rank decides for its own block; readers take each block as it was published.
+ */
+static bool lane_goes_direct(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t bytes)
+{
+    const char *s = op->sendbuf, *r = op->recvbuf;
+
+    if (op->coll != HCCL_COLL_ALLTOALL || bytes < lane->limits.direct_min ||
+        (s < r + bytes && r < s + bytes))
+        return false;
+    return hccl_shm_lane_direct_ok(lane->shm);
+}
+
+static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n);
+
+static int group_size(const hccl_lane_t *lane, int g)
+{
+    return lane->gfirst[g + 1] - lane->gfirst[g];
+}
+
+/* The elements a split operation has us reduce: our share of all ranks, or of our group. */
+static void lane_own_share(const hccl_lane_t *lane, const hccl_lane_op_t *op, size_t *first,
+                           size_t *n)
+{
+    if (op->grouped)
+        lane_share(op->count, group_size(lane, lane->group), lane->gindex, first, n);
+    else
+        lane_share(op->count, lane->nranks, lane->rank, first, n);
+}
+
+void hccl_lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t bytes = op_block_bytes(lane, op);
+    char *block;
+
+    op->lseq = lane->next_lseq++;
+    hccl_lane_choose_way(lane, op, bytes);
+    op->direct = bytes && lane_goes_direct(lane, op, bytes);
+    block = hccl_shm_lane_block(lane->shm, lane->rank, op->lseq);
+    if (op->split) {
+        /* Our own share of a split operation is read by us alone, from sendbuf. */
+        size_t esz = hccl_dtype_size(op->dtype), first, n;
+        lane_own_share(lane, op, &first, &n);
+        memcpy(block, op->sendbuf, first * esz);
+        memcpy(block + (first + n) * esz, (const char *)op->sendbuf + (first + n) * esz,
+               bytes - (first + n) * esz);
+    } else if (bytes && !op->direct) {
+        memcpy(block, op->sendbuf, bytes);
+    }
+    hccl_shm_lane_publish(lane->shm, op->lseq, op->seq, op->sig, op->direct ? op->sendbuf : NULL);
+    op->published = true;
+}
+
+/* Copies cb bytes at off of rank r's block to dst; our own comes from sendbuf. */
+static hcclResult_t lane_copy(hccl_lane_t *lane, hccl_lane_op_t *op, int r, size_t off, void *dst,
+                              size_t cb)
+{
+    const char *mine = (const char *)op->sendbuf + off;
+
+    if (r == lane->rank) {
+        if (dst != mine)
+            memcpy(dst, mine, cb);
+        return hcclSuccess;
+    }
+    if (hccl_shm_lane_is_direct(lane->shm, r, op->lseq))
+        op->reads_direct = true;
+    return hccl_shm_lane_read(lane->shm, r, op->lseq, off, dst, cb);
+}
+
+/* Elements [*first, *first + *n) of count: share r of nranks (the remainder one each to the first).
+ */
+static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n)
+{
+    size_t base = count / (size_t)nranks, rem = count % (size_t)nranks;
+
+    *first = (size_t)r * base + ((size_t)r < rem ? (size_t)r : rem);
+    *n = base + ((size_t)r < rem);
+}
+
+/* Rank r's block: ours of a split operation is sendbuf (hccl_lane_publish). */
+static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
+{
+    return op->split && r == lane->rank ? op->sendbuf : hccl_shm_lane_block(lane->shm, r, op->lseq);
+}
+
+/* dst = op over every rank's block at byte offset off, for n elements, in rank order. */
+static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, size_t off, size_t n)
+{
+    const char *b0 = lane_block_of(lane, op, 0), *b1 = lane_block_of(lane, op, 1);
+
+    hccl_reduce(dst, b0 + off, b1 + off, n, op->dtype, op->op);
+    for (int r = 2; r < lane->nranks; r++)
+        hccl_reduce(dst, dst, lane_block_of(lane, op, r) + off, n, op->dtype, op->op);
+    if (op->op == hcclAvg)
+        hccl_reduce_div(dst, n, op->dtype, lane->nranks);
+}
+
+/* A block that only moves: rank r's (ours too) to its place in recvbuf. */
+hcclResult_t hccl_lane_move(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
+{
+    size_t cb = op->count * hccl_dtype_size(op->dtype);
+    char *dst = (char *)op->recvbuf + (size_t)r * cb;
+
+    switch (op->coll) {
+    case HCCL_COLL_BROADCAST:
+        return r == op->root && r != lane->rank ? lane_copy(lane, op, r, 0, op->recvbuf, cb)
+                                                : hcclSuccess;
+    case HCCL_COLL_ALLGATHER:
+        return lane_copy(lane, op, r, 0, dst, cb);
+    default:
+        return lane_copy(lane, op, r, (size_t)lane->rank * cb, dst, cb);
+    }
+}
+
+static void lane_group_sum(hccl_lane_t *lane, hccl_lane_op_t *op);
+
+/* Every block is in: a flat operation's result, or a split one's part (published). */
+hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), cb = op->count * esz, first, n;
+    void *part;
+
+    switch (op->coll) {
+    case HCCL_COLL_BROADCAST:
+    case HCCL_COLL_ALLGATHER:
+    case HCCL_COLL_ALLTOALL: {
+        /* The peers' blocks are in recvbuf already (lane_all_in); then those read from their
+         * owners' memory are released. */
+        hcclResult_t res = hccl_lane_move(lane, op, lane->rank);
+        if (res == hcclSuccess && op->reads_direct)
+            hccl_shm_lane_publish_part(lane->shm, op->lseq);
+        return res;
+    }
+    case HCCL_COLL_REDUCESCATTER:
+        lane_reduce_all(lane, op, op->recvbuf, (size_t)lane->rank * cb, op->count);
+        return hcclSuccess;
+    case HCCL_COLL_ALLREDUCE:
+    case HCCL_COLL_REDUCE:
+        break;
+    default:
+        return hcclSuccess;
+    }
+    if (!op->split) {
+        if (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root)
+            lane_reduce_all(lane, op, op->recvbuf, 0, op->count);
+        return hcclSuccess;
+    }
+    if (op->grouped) {
+        lane_group_sum(lane, op);
+        return hcclSuccess;
+    }
+    lane_share(op->count, lane->nranks, lane->rank, &first, &n);
+    part = hccl_shm_lane_part(lane->shm, lane->rank, op->lseq);
+    if (n)
+        lane_reduce_all(lane, op, part, first * esz, n);
+    hccl_shm_lane_publish_part(lane->shm, op->lseq);
+    return hcclSuccess;
+}
+
+/* Which share of count split g ways holds element i (lane_share's inverse). */
+static int share_of(size_t count, int g, size_t i)
+{
+    size_t base = count / (size_t)g, rem = count % (size_t)g;
+
+    return i < rem * (base + 1) ? (int)(i / (base + 1))
+                                : (int)(rem + (i - rem * (base + 1)) / base);
+}
+
+/*
+ * A grouped AllReduce, once our group's blocks are in: their sum over our share goes to our
+ * block in place of our own elements, which no peer reads (hccl_lane_publish left them out).
+ */
+static void lane_group_sum(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n;
+    const int *m = lane->members + lane->gfirst[lane->group];
+    int g = group_size(lane, lane->group);
+    char *dst = (char *)hccl_shm_lane_block(lane->shm, lane->rank, op->lseq);
+
+    lane_own_share(lane, op, &first, &n);
+    dst += first * esz;
+    if (n && g == 1) {
+        memcpy(dst, (const char *)op->sendbuf + first * esz, n * esz);
+    } else if (n) {
+        hccl_reduce(dst, lane_block_of(lane, op, m[0]) + first * esz,
+                    lane_block_of(lane, op, m[1]) + first * esz, n, op->dtype, op->op);
+        for (int i = 2; i < g; i++)
+            hccl_reduce(dst, dst, lane_block_of(lane, op, m[i]) + first * esz, n, op->dtype,
+                        op->op);
+    }
+    hccl_shm_lane_publish_gpart(lane->shm, op->lseq);
+}
+
+/*
+ * Calls fn(lane, op, piece, from, len, arg) over our share in pieces, where piece[k] is group
+ * k's sum of elements [from, from + len): each piece lies within one member's share in every
+ * group. Stops at the first fn that returns false; true if none did.
+ */
+typedef bool (*piece_fn)(hccl_lane_t *lane, hccl_lane_op_t *op, const char *const *piece,
+                         size_t from, size_t len, void *arg);
+
+static bool lane_pieces(hccl_lane_t *lane, hccl_lane_op_t *op, piece_fn fn, void *arg)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n, at;
+    const char **piece = lane->piece;
+
+    lane_own_share(lane, op, &first, &n);
+    for (at = first; at < first + n;) {
+        size_t end = first + n;
+        for (int k = 0; k < lane->ngroups; k++) {
+            int g = group_size(lane, k), i = share_of(op->count, g, at),
+                r = lane->members[lane->gfirst[k] + i];
+            size_t f, c;
+            lane_share(op->count, g, i, &f, &c);
+            if (f + c < end)
+                end = f + c;
+            piece[k] = (const char *)hccl_shm_lane_block(lane->shm, r, op->lseq) + at * esz;
+            if (r != lane->rank && !hccl_shm_lane_gpart_published(lane->shm, r, op->lseq))
+                piece[k] = NULL;
+        }
+        if (!fn(lane, op, piece, at, end - at, arg))
+            return false;
+        at = end;
+    }
+    return true;
+}
+
+static bool piece_ready(hccl_lane_t *lane, hccl_lane_op_t *op, const char *const *piece,
+                        size_t from, size_t len, void *arg)
+{
+    (void)op, (void)from, (void)len, (void)arg;
+    for (int k = 0; k < lane->ngroups; k++)
+        if (!piece[k])
+            return false;
+    return true;
+}
+
+/* Adds the groups' sums of a piece, in group order, into our share of the result (arg). */
+static bool piece_sum(hccl_lane_t *lane, hccl_lane_op_t *op, const char *const *piece, size_t from,
+                      size_t len, void *arg)
+{
+    size_t first, n;
+    char *dst;
+
+    lane_own_share(lane, op, &first, &n);
+    dst = (char *)arg + (from - first) * hccl_dtype_size(op->dtype);
+    hccl_reduce(dst, piece[0], piece[1], len, op->dtype, op->op);
+    for (int k = 2; k < lane->ngroups; k++)
+        hccl_reduce(dst, dst, piece[k], len, op->dtype, op->op);
+    return true;
+}
+
+/*
+ * A grouped AllReduce: once every group's sum over our share is in, their total is our part
+ * (straight into recvbuf where we are alone in our group: nobody gathers it). False until then.
+ */
+bool hccl_lane_final(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n;
+    char *dst;
+
+    if (!lane_pieces(lane, op, piece_ready, NULL))
+        return false;
+    lane_own_share(lane, op, &first, &n);
+    dst = group_size(lane, lane->group) == 1
+              ? (char *)op->recvbuf + first * esz
+              : (char *)hccl_shm_lane_part(lane->shm, lane->rank, op->lseq);
+    lane_pieces(lane, op, piece_sum, dst);
+    if (op->op == hcclAvg && n)
+        hccl_reduce_div(dst, n, op->dtype, lane->nranks);
+    hccl_shm_lane_publish_part(lane->shm, op->lseq);
+    return true;
+}
+
+/* Our block went direct: whether every peer has said it is done reading it. */
+bool hccl_lane_released(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    for (; op->next_part < lane->nranks; op->next_part++)
+        if (op->next_part != lane->rank &&
+            !hccl_shm_lane_part_published(lane->shm, op->next_part, op->lseq))
+            return false;
+    return true;
+}
+
+/* A split operation: copies out the parts published so far; true once all are. */
+bool hccl_lane_gather(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), first, n;
+    /* Grouped: the parts of our group (ours went to recvbuf where we are alone in it). */
+    int g = op->grouped ? group_size(lane, lane->group) : lane->nranks;
+    const int *m = op->grouped ? lane->members + lane->gfirst[lane->group] : NULL;
+
+    for (; g > 1 && op->next_part < g; op->next_part++) {
+        int r = m ? m[op->next_part] : op->next_part;
+        if (r != lane->rank && !hccl_shm_lane_part_published(lane->shm, r, op->lseq))
+            return false;
+        lane_share(op->count, g, op->next_part, &first, &n);
+        memcpy((char *)op->recvbuf + first * esz, hccl_shm_lane_part(lane->shm, r, op->lseq),
+               n * esz);
+    }
+    return true;
+}
