@@ -362,7 +362,8 @@ int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t
         }
         b->ptr = b->view.buf;
         b->itemsize = b->view.itemsize > 0 ? (size_t)b->view.itemsize : 1;
-        if (!dtype_from_format(b->view.format, b->itemsize, &b->dtype, &b->is_bool)) {
+        if (!dtype_from_format(b->view.format, b->itemsize, &b->dtype, &b->is_bool) &&
+            (!dtype || dtype == Py_None)) {
             raise_invalid("%s: buffer format \"%s\" is not a dtype hccl has (int8, uint8, int32, "
                           "uint32, int64, uint64, float16, float32, float64; bfloat16 via dtype=)",
                           what, b->view.format ? b->view.format : "B");
