@@ -30,12 +30,12 @@ class Ranks:
 
 
 def launch(n, script, *args, env=None, timeout=60, check=True):
-    """Runs tests/python/ranks/<script> on n ranks; returns their tagged output.
+    """Runs tests/python/ranks/<script> (or the script at that path) on n ranks; returns their tagged output.
 
     hccl-run's own --timeout ends every rank (and reports their state) before ours does, so
     no process outlives the test."""
     cmd = [hccl_run_path(), "-n", str(n), "--timeout", str(timeout), "--tag-output",
-           sys.executable, os.path.join(HERE, "ranks", script)] + [str(a) for a in args]
+           sys.executable, os.path.join(HERE, "ranks", str(script))] + [str(a) for a in args]
     e = dict(os.environ)
     e.setdefault("HCCL_CONNECT_TIMEOUT", "60")
     e["OMP_NUM_THREADS"] = "1"
