@@ -9,6 +9,8 @@
 
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <set>
 
 #include <pybind11/chrono.h>
 #include <torch/csrc/distributed/c10d/exception.h>
@@ -16,7 +18,8 @@
 
 #include "errors.hpp"
 
-namespace hccl_torch {
+namespace hccl_torch
+{
 
 std::exception_ptr makeException(hcclResult_t res, const std::string &msg)
 {
@@ -45,14 +48,19 @@ static std::string failureText(const char *what, hcclResult_t res)
            "): " + (detail && *detail ? detail : hcclGetErrorString(res));
 }
 
+namespace
+{
+std::mutex live_mtx;
+std::set<Backend *> live; // every backend whose completion thread may run
+} // namespace
+
 // ---- Work ----
 
 Work::Work(c10d::OpType type, std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
            std::function<void()> after)
     : c10d::Work(-1, type), outputs_(std::move(outputs)), keep_(std::move(keep)),
-      after_(std::move(after)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get())))
+      after_(std::move(after)), future_(c10::make_intrusive<c10::ivalue::Future>(
+                                    c10::ListType::create(c10::TensorType::get())))
 {
 }
 
@@ -148,30 +156,58 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int siz
         TORCH_CHECK(false, "hostccl: eventfd: ", std::strerror(errno));
     }
     completion_thread_ = std::thread([this] { completionLoop(); });
+    std::lock_guard<std::mutex> l(live_mtx);
+    live.insert(this);
 }
 
-Backend::~Backend()
+void Backend::stopCompletion()
 {
+    std::lock_guard<std::mutex> l(stop_mtx_);
     uint64_t one = 1;
 
+    if (!completion_thread_.joinable())
+        return;
     stop_.store(true);
     if (write(wake_fd_, &one, sizeof(one)) < 0) {
-        // The thread still sees stop_ on its next completion; nothing better to do here.
+        // eventfd writes fail only on overflow: the thread is awake anyway.
     }
     completion_thread_.join();
-    // What is still in flight finishes (a dead peer or the exec timeout fails it) before the
-    // communicator goes.
+    // What is still in flight finishes (a dead peer or the exec timeout fails it) here.
+    std::lock_guard<std::mutex> p(pending_mtx_);
     for (auto &w : pending_) {
-        std::unique_lock<std::mutex> l(w->req_mtx_);
+        std::unique_lock<std::mutex> wl(w->req_mtx_);
         if (w->req_) {
             hcclResult_t res = hcclWait(&w->req_);
             std::string msg = res == hcclSuccess ? "" : failureText(w->what_.c_str(), res);
-            l.unlock();
+            wl.unlock();
             w->complete(res, msg);
         }
     }
     pending_.clear();
-    hcclCommDestroy(comm_);
+}
+
+void Backend::shutdownAll()
+{
+    std::lock_guard<std::mutex> l(live_mtx);
+    for (Backend *b : live)
+        b->stopCompletion();
+}
+
+Backend::~Backend()
+{
+    {
+        std::lock_guard<std::mutex> l(live_mtx);
+        live.erase(this);
+    }
+    {
+        // The completion thread may need the GIL to drop a tensor's last reference: never
+        // wait for it while holding the GIL (Python's dealloc of the group holds it).
+        std::unique_ptr<pybind11::gil_scoped_release> nogil;
+        if (Py_IsInitialized() && PyGILState_Check())
+            nogil = std::make_unique<pybind11::gil_scoped_release>();
+        stopCompletion();
+        hcclCommDestroy(comm_);
+    }
     close(wake_fd_);
 }
 
@@ -188,8 +224,8 @@ c10::intrusive_ptr<c10d::Work> Backend::post(const char *what, c10d::OpType type
                                              std::vector<at::Tensor> keep,
                                              std::function<void()> after)
 {
-    auto work = c10::make_intrusive<Work>(type, std::move(outputs), std::move(keep),
-                                          std::move(after));
+    auto work =
+        c10::make_intrusive<Work>(type, std::move(outputs), std::move(keep), std::move(after));
     hcclResult_t res;
     std::string msg;
 
@@ -250,7 +286,8 @@ void Backend::completionLoop()
                     continue;
                 }
                 w->req_ = nullptr;
-                done.push_back({*it, res, res == hcclSuccess ? "" : failureText(w->what_.c_str(), res)});
+                done.push_back(
+                    {*it, res, res == hcclSuccess ? "" : failureText(w->what_.c_str(), res)});
                 it = pending_.erase(it);
             }
         }
@@ -268,5 +305,7 @@ PYBIND11_MODULE(_C, m)
     m.doc() = "hccl's torch.distributed backend (import hccl.torch to register \"hostccl\")";
     m.def("create", &hccl_torch::Backend::create, pybind11::arg("store"), pybind11::arg("rank"),
           pybind11::arg("size"), pybind11::arg("timeout"),
+          pybind11::call_guard<pybind11::gil_scoped_release>());
+    m.def("_shutdown", &hccl_torch::Backend::shutdownAll,
           pybind11::call_guard<pybind11::gil_scoped_release>());
 }

@@ -21,7 +21,8 @@
 
 #include <hccl.h>
 
-namespace hccl_torch {
+namespace hccl_torch
+{
 
 using BackendBase = c10d::ProcessGroup;
 
@@ -29,7 +30,8 @@ class Backend;
 
 // One operation: the hccl request, the tensors it reads and writes (held until done), what
 // to do after it succeeded (copy a flat result into a list), and the future DDP waits on.
-class Work : public c10d::Work {
+class Work : public c10d::Work
+{
   public:
     Work(c10d::OpType type, std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
          std::function<void()> after);
@@ -55,11 +57,16 @@ class Work : public c10d::Work {
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-class Backend : public BackendBase {
+class Backend : public BackendBase
+{
   public:
     Backend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
             std::chrono::milliseconds timeout);
     ~Backend() override;
+
+    // Stops every backend's completion thread (at interpreter exit, from an atexit hook: later,
+    // a thread that drops a tensor's last reference could no longer take the GIL).
+    static void shutdownAll();
 
     static c10::intrusive_ptr<BackendBase> create(const c10::intrusive_ptr<c10d::Store> &store,
                                                   int rank, int size,
@@ -84,9 +91,9 @@ class Backend : public BackendBase {
                                              const c10d::AllgatherOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                    const c10d::AllgatherOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work>
-    reduce_scatter(std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
-                   const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                                  const c10d::ReduceScatterOptions &opts) override;
     c10::intrusive_ptr<c10d::Work>
     _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                          const c10d::ReduceScatterOptions &opts) override;
@@ -120,6 +127,7 @@ class Backend : public BackendBase {
                                              const std::vector<int64_t> &inputSplits,
                                              std::function<void()> after);
     void completionLoop();
+    void stopCompletion(); // idempotent; finishes what is in flight on the caller's thread
 
     hcclComm_t comm_ = nullptr;
     int completion_fd_ = -1;
@@ -128,6 +136,7 @@ class Backend : public BackendBase {
     std::deque<c10::intrusive_ptr<Work>> pending_;
     std::atomic<bool> stop_{false};
     std::thread completion_thread_;
+    std::mutex stop_mtx_;
 };
 
 } // namespace hccl_torch

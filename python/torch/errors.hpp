@@ -8,7 +8,8 @@
 
 #include <hccl.h>
 
-namespace hccl_torch {
+namespace hccl_torch
+{
 
 std::exception_ptr makeException(hcclResult_t res, const std::string &msg);
 [[noreturn]] void throwResult(hcclResult_t res, const std::string &msg);

@@ -9,9 +9,11 @@
 
 #include "errors.hpp"
 
-namespace hccl_torch {
+namespace hccl_torch
+{
 
-namespace {
+namespace
+{
 
 struct Type {
     hcclDataType_t dtype;
@@ -98,8 +100,8 @@ const at::Tensor &single(const std::vector<at::Tensor> &tensors, const char *wha
 void sameType(const at::Tensor &a, const at::Tensor &b, const char *what)
 {
     TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type(), "hostccl ", what,
-                      ": tensors of different dtypes (", a.scalar_type(), " and ",
-                      b.scalar_type(), ")");
+                      ": tensors of different dtypes (", a.scalar_type(), " and ", b.scalar_type(),
+                      ")");
 }
 
 size_t n(const at::Tensor &t)
@@ -117,8 +119,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor> &tenso
     hcclRedOp_t op = opOf(opts.reduceOp, ty, "allreduce");
     return post("allreduce", c10d::OpType::ALLREDUCE,
                 [=](hcclComm_t c, hcclRequest_t *r) {
-                    return hcclAllReduceAsync(t.data_ptr(), t.data_ptr(), n(t), ty.dtype, op, c,
-                                              r);
+                    return hcclAllReduceAsync(t.data_ptr(), t.data_ptr(), n(t), ty.dtype, op, c, r);
                 },
                 {t}, {});
 }
@@ -145,12 +146,13 @@ Backend::allreduce_coalesced(std::vector<at::Tensor> &tensors,
             off += t.numel();
         }
     };
-    return post("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED,
-                [=](hcclComm_t c, hcclRequest_t *r) {
-                    return hcclAllReduceAsync(flat.data_ptr(), flat.data_ptr(), n(flat), ty.dtype,
-                                              op, c, r);
-                },
-                outs, {flat}, after);
+    return post(
+        "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED,
+        [=](hcclComm_t c, hcclRequest_t *r) {
+            return hcclAllReduceAsync(flat.data_ptr(), flat.data_ptr(), n(flat), ty.dtype, op, c,
+                                      r);
+        },
+        outs, {flat}, after);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor> &tensors,
@@ -179,8 +181,8 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor> &tensors,
                       " is not a rank of the group");
     return post("reduce", c10d::OpType::REDUCE,
                 [=](hcclComm_t c, hcclRequest_t *r) {
-                    return hcclReduceAsync(t.data_ptr(), t.data_ptr(), n(t), ty.dtype, op, root,
-                                           c, r);
+                    return hcclReduceAsync(t.data_ptr(), t.data_ptr(), n(t), ty.dtype, op, root, c,
+                                           r);
                 },
                 {t}, {});
 }
@@ -196,8 +198,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor &output, at::
     at::Tensor in = input, out = output;
     return post("allgather", c10d::OpType::_ALLGATHER_BASE,
                 [=](hcclComm_t c, hcclRequest_t *r) {
-                    return hcclAllGatherAsync(in.data_ptr(), out.data_ptr(), n(in), ty.dtype, c,
-                                              r);
+                    return hcclAllGatherAsync(in.data_ptr(), out.data_ptr(), n(in), ty.dtype, c, r);
                 },
                 {out}, {in});
 }
@@ -223,24 +224,25 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
             outs[i].copy_(flat.narrow(0, (int64_t)i * outs[i].numel(), outs[i].numel())
                               .view(outs[i].sizes()));
     };
-    return post("allgather", c10d::OpType::ALLGATHER,
-                [=](hcclComm_t c, hcclRequest_t *r) {
-                    return hcclAllGatherAsync(in.data_ptr(), flat.data_ptr(), n(in), ty.dtype, c,
-                                              r);
-                },
-                outs, {in, flat}, after);
+    return post(
+        "allgather", c10d::OpType::ALLGATHER,
+        [=](hcclComm_t c, hcclRequest_t *r) {
+            return hcclAllGatherAsync(in.data_ptr(), flat.data_ptr(), n(in), ty.dtype, c, r);
+        },
+        outs, {in, flat}, after);
 }
 
-c10::intrusive_ptr<c10d::Work>
-Backend::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
-                              const c10d::ReduceScatterOptions &opts)
+c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                             const c10d::ReduceScatterOptions &opts)
 {
     Type ty = typeOf(input, "reduce_scatter");
     typeOf(output, "reduce_scatter");
     sameType(input, output, "reduce_scatter");
     hcclRedOp_t op = opOf(opts.reduceOp, ty, "reduce_scatter");
-    TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(), "hostccl reduce_scatter: input "
-                      "has ", input.numel(), " elements, expected ", output.numel() * getSize());
+    TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(),
+                      "hostccl reduce_scatter: input "
+                      "has ",
+                      input.numel(), " elements, expected ", output.numel() * getSize());
     at::Tensor in = input, out = output;
     return post("reduce_scatter", c10d::OpType::_REDUCE_SCATTER_BASE,
                 [=](hcclComm_t c, hcclRequest_t *r) {
@@ -250,10 +252,9 @@ Backend::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                 {out}, {in});
 }
 
-c10::intrusive_ptr<c10d::Work>
-Backend::reduce_scatter(std::vector<at::Tensor> &outputs,
-                        std::vector<std::vector<at::Tensor>> &inputs,
-                        const c10d::ReduceScatterOptions &opts)
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                       std::vector<std::vector<at::Tensor>> &inputs,
+                                                       const c10d::ReduceScatterOptions &opts)
 {
     at::Tensor out = single(outputs, "reduce_scatter");
     TORCH_CHECK_VALUE(inputs.size() == 1 && (int)inputs[0].size() == getSize(),
@@ -261,8 +262,10 @@ Backend::reduce_scatter(std::vector<at::Tensor> &outputs,
     std::vector<at::Tensor> views;
     for (auto &t : inputs[0]) {
         typeOf(t, "reduce_scatter");
-        TORCH_CHECK_VALUE(t.numel() == out.numel(), "hostccl reduce_scatter: every input must "
-                          "have the output's ", out.numel(), " elements");
+        TORCH_CHECK_VALUE(t.numel() == out.numel(),
+                          "hostccl reduce_scatter: every input must "
+                          "have the output's ",
+                          out.numel(), " elements");
         views.push_back(t.reshape(-1));
     }
     at::Tensor flat = at::cat(views);
@@ -288,7 +291,8 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoallv(at::Tensor &output, at::Tensor
     at::Tensor in = input, out = output;
     size_t size = (size_t)getSize();
     if (outputSplits.empty() && inputSplits.empty()) {
-        TORCH_CHECK_VALUE(in.numel() == out.numel() && n(in) % size == 0, "hostccl alltoall: "
+        TORCH_CHECK_VALUE(in.numel() == out.numel() && n(in) % size == 0,
+                          "hostccl alltoall: "
                           "input and output must have the same number of elements, a multiple "
                           "of the group size");
         return post("alltoall", c10d::OpType::ALLTOALL_BASE,
@@ -317,16 +321,18 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoallv(at::Tensor &output, at::Tensor
     size_t *p = v->data();
     fill(inputSplits, in, p, p + size, "input");
     fill(outputSplits, out, p + 2 * size, p + 3 * size, "output");
-    return post("alltoall", c10d::OpType::ALLTOALL_BASE,
-                [=](hcclComm_t c, hcclRequest_t *r) {
-                    size_t *q = v->data();
-                    return hcclAlltoAllvAsync(in.data_ptr(), q, q + size, out.data_ptr(),
-                                              q + 2 * size, q + 3 * size, ty.dtype, c, r);
-                },
-                {out}, {in}, [v, after]() {
-                    if (after)
-                        after();
-                });
+    return post(
+        "alltoall", c10d::OpType::ALLTOALL_BASE,
+        [=](hcclComm_t c, hcclRequest_t *r) {
+            size_t *q = v->data();
+            return hcclAlltoAllvAsync(in.data_ptr(), q, q + size, out.data_ptr(), q + 2 * size,
+                                      q + 3 * size, ty.dtype, c, r);
+        },
+        {out}, {in},
+        [v, after]() {
+            if (after)
+                after();
+        });
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor> &outputs,
@@ -365,13 +371,12 @@ c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions &)
                 [](hcclComm_t c, hcclRequest_t *r) { return hcclBarrierAsync(c, r); }, {}, {});
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor> &tensors, int dstRank,
-                                             int tag)
+c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor> &tensors, int dstRank, int tag)
 {
     at::Tensor t = single(tensors, "send");
     Type ty = typeOf(t, "send");
     TORCH_CHECK_NOT_IMPLEMENTED(tag == 0, "hostccl send: tags are not supported (sends and "
-                                "receives between two ranks match in posting order)");
+                                          "receives between two ranks match in posting order)");
     TORCH_CHECK_VALUE(dstRank >= 0 && dstRank < getSize(), "hostccl send: no rank ", dstRank);
     return post("send", c10d::OpType::SEND,
                 [=](hcclComm_t c, hcclRequest_t *r) {
@@ -380,13 +385,12 @@ c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor> &tensors, i
                 {}, {t});
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor> &tensors, int srcRank,
-                                             int tag)
+c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor> &tensors, int srcRank, int tag)
 {
     at::Tensor t = single(tensors, "recv");
     Type ty = typeOf(t, "recv");
     TORCH_CHECK_NOT_IMPLEMENTED(tag == 0, "hostccl recv: tags are not supported (sends and "
-                                "receives between two ranks match in posting order)");
+                                          "receives between two ranks match in posting order)");
     TORCH_CHECK_VALUE(srcRank >= 0 && srcRank < getSize(), "hostccl recv: no rank ", srcRank);
     return post("recv", c10d::OpType::RECV,
                 [=](hcclComm_t c, hcclRequest_t *r) {

@@ -8,6 +8,8 @@ The rendezvous goes through the c10d store the process group is given (rank 0 pu
 unique id there), never through MASTER_ADDR:MASTER_PORT themselves; the group's timeout is
 hccl's exec timeout. Named "hostccl" because Ascend's and Habana's plugins use "hccl".
 """
+import atexit
+
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as _dist
 
@@ -23,3 +25,7 @@ def _create(store, rank, world_size, timeout):
 # torch 2.x: register_backend(BACKEND, _create, devices=["cpu"]) (see docs/python.md).
 if BACKEND.upper() not in getattr(_dist.Backend, "_plugins", {}):
     _dist.Backend.register_backend(BACKEND, _create)
+
+# Process groups alive at exit are freed late in the interpreter's shutdown, when a thread can
+# no longer take the GIL to drop a tensor: stop the backends' completion threads before.
+atexit.register(_C._shutdown)
