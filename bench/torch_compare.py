@@ -205,7 +205,8 @@ def main():
         results += res
         perf = subprocess.run([os.path.join(BUILD, "tools", "hccl-run"), "-n", str(n),
                                "--timeout", "300", os.path.join(BUILD, "tools", "hccl-perf"),
-                               "-b", "8", "-e", "8"], stdout=subprocess.PIPE,
+                               "-C", "allreduce", "-b", "8", "-e", "8", "-d", "float32", "-z", "1"],
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         results.append({"kind": "hccl-perf", "nranks": n, "output": perf.stdout.strip()})
     with open(os.path.join(outdir, "results.jsonl"), "w") as f:
