@@ -17,4 +17,14 @@ cp "$src/CMakeLists.txt.in" "$tmp/proj/CMakeLists.txt"
 cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/proj/build" >/dev/null
 "$tmp/proj/build/consumer"
+# The Python package, where it was built: found through its RPATH, without LD_LIBRARY_PATH.
+if [ -n "${HCCL_TEST_PYTHON:-}" ]; then
+  pkg=$(dirname "$(find "$tmp/prefix" -path '*/hccl/__init__.py' | head -1)")
+  [ -n "$pkg" ] && [ "$pkg" != . ] || { echo "install: no hccl Python package installed"; exit 1; }
+  env -u LD_LIBRARY_PATH PYTHONPATH="$(dirname "$pkg")" "$HCCL_TEST_PYTHON" -c '
+import numpy as np, hccl
+with hccl.Comm(1, hccl.get_unique_id(), 0) as c:
+    x = np.ones(4, np.float32); c.all_reduce(x); assert x.tolist() == [1.0] * 4
+print("install: import hccl works from", hccl.__file__)'
+fi
 echo "install: pkg-config and find_package(hccl) both work"
