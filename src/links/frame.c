@@ -75,10 +75,11 @@ const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_
     case HCCL_FRAME_FIN:
     case HCCL_FRAME_NACK:
     case HCCL_FRAME_PULL:
+        /* len: the credit the answer carries (frame.h, eager_cap) */
+        return f->len > HCCL_WIRE_MAX_LEN || f->addr != 0 ? "answer with an address or a bad credit"
+                                                          : NULL;
     case HCCL_FRAME_BYE:
         return f->len != 0 || f->addr != 0 ? "control frame with a length" : NULL;
-    case HCCL_FRAME_CREDIT:
-        return f->len == 0 || f->len > HCCL_WIRE_MAX_LEN || f->addr != 0 ? "bad credit" : NULL;
     default:
         return "unknown type";
     }

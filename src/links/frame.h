@@ -17,13 +17,12 @@
 #define HCCL_WIRE_MAX_LEN (1ull << 40)
 
 enum {
-    HCCL_FRAME_DATA = 1,   /* len payload bytes follow; addr: see pull_max */
-    HCCL_FRAME_RTS = 2,    /* single-copy offer: read len bytes at addr in the sender's memory */
-    HCCL_FRAME_FIN = 3,    /* the receiver has read an RTS message */
-    HCCL_FRAME_NACK = 4,   /* the receiver cannot read it: send it as DATA */
-    HCCL_FRAME_BYE = 5,    /* the sender destroyed its communicator: its EOF is expected */
-    HCCL_FRAME_PULL = 6,   /* the receive of an RTS message is posted: send it as DATA */
-    HCCL_FRAME_CREDIT = 7, /* len bytes of DATA reached their receives: see eager_cap */
+    HCCL_FRAME_DATA = 1, /* len payload bytes follow; addr: see pull_max */
+    HCCL_FRAME_RTS = 2,  /* single-copy offer: read len bytes at addr in the sender's memory */
+    HCCL_FRAME_FIN = 3,  /* the receiver has read an RTS message; len: credit (eager_cap) */
+    HCCL_FRAME_NACK = 4, /* the receiver cannot read it: send it as DATA; len: credit */
+    HCCL_FRAME_BYE = 5,  /* the sender destroyed its communicator: its EOF is expected */
+    HCCL_FRAME_PULL = 6, /* the receive of an RTS message is posted: send it as DATA; len: credit */
 };
 
 typedef struct {
@@ -147,10 +146,13 @@ struct hccl_framer {
     bool park_unmatched;
     bool rx_parked; /* rx_hdr read, its receive not posted yet, payload unread */
     /*
-     * Flow control (0: none): the DATA bytes a sender has written and the receiver has not yet
-     * delivered to posted receives (CREDIT frames say so, every quarter of it) stay within
-     * eager_cap; a message that would pass it goes as an offer (RTS) instead, whose send
-     * completes only once its receive is posted. So what a receiver holds for receives not
+     * Flow control (0: none): the DATA bytes a sender has written and the receiver has not
+     * credited back stay within eager_cap; a message that would pass it goes as an offer (RTS)
+     * instead, whose send completes only once its receive is posted. The receiver credits what
+     * it delivered to posted receives in the answers to offers (FIN, PULL, NACK: their len),
+     * which the sender reads before its send completes: no frame of its own that a peer could
+     * leave unread when it closes (a socket closed with unread bytes is reset, and the reset
+     * can drop what the other side had not read yet). So what a receiver holds for receives not
      * posted yet stays under eager_cap bytes of payload per peer, however far a sender runs
      * ahead, and no plan can deadlock on it: every plan already runs on the sim link, where a
      * send completes only at its receive. A peer that sends past the cap anyway is failed.

@@ -32,11 +32,10 @@ void framer_fill(const hccl_framer_t *s, hccl_frame_t *f, uint16_t type, uint64_
 hcclResult_t framer_queue_ctl(hccl_framer_t *s, uint16_t type, uint64_t seq, uint32_t tag);
 /* Whether the peer takes offers (RTS), and so whether eager_cap applies on this link. */
 bool framer_offers_taken(const hccl_framer_t *s);
-/* len DATA bytes reached their receive: credited back to the sender, a quarter cap at a time. */
-hcclResult_t framer_credit(hccl_framer_t *s, size_t len);
+/* len DATA bytes reached their receive: credited back in the next answer to an offer. */
+void framer_credit(hccl_framer_t *s, size_t len);
+/* An answer to our offer credited len bytes back. */
 hcclResult_t framer_on_credit(hccl_framer_t *s, uint64_t len);
-/* The peer said goodbye: credits queued for it are not sent (it may close before reading). */
-void framer_drop_credits(hccl_framer_t *s);
 void framer_way_sample(hccl_framer_t *s, bool pulled, int64_t ns, size_t len, bool cold);
 bool framer_choose_pull(hccl_framer_t *s, const hccl_xfer_t *x);
 hcclResult_t framer_pull(hccl_framer_t *s, const hccl_frame_t *f, hccl_xfer_t *x);

@@ -76,7 +76,8 @@ hcclResult_t hccl_framer_post_recv(hccl_framer_t *s, hccl_xfer_t *x)
         s->rx_held -= x->len;
         x->moved = x->len;
         hccl_xfer_complete_later(s->reactor, x, hcclSuccess);
-        return framer_credit(s, x->len);
+        framer_credit(s, x->len);
+        return hcclSuccess;
     }
     if (s->peer_bye)
         return framer_fail_xfer(s, x, framer_peer_gone(s));
@@ -94,7 +95,6 @@ static hcclResult_t framer_on_bye(hccl_framer_t *s)
                          "connections; its error names the cause",
                          s->rank, s->peer, hcclGetErrorString((hcclResult_t)s->rx_hdr.tag));
     s->peer_bye = true;
-    framer_drop_credits(s);
     if (s->posted.head || s->await_fin.head)
         return framer_peer_gone(s);
     return hcclSuccess;
@@ -141,11 +141,10 @@ static hcclResult_t framer_on_header(hccl_framer_t *s)
         return hcclSuccess;
     case HCCL_FRAME_BYE:
         return framer_on_bye(s);
-    case HCCL_FRAME_CREDIT:
-        return framer_on_credit(s, f->len);
     case HCCL_FRAME_FIN:
     case HCCL_FRAME_NACK:
     case HCCL_FRAME_PULL:
+        HCCL_CHECK(framer_on_credit(s, f->len));
         x = hccl_xfer_queue_take(&s->await_fin, f->seq, f->tag);
         if (!x)
             return framer_protocol_error(s, "acknowledges no offered message");
@@ -183,7 +182,8 @@ static hcclResult_t framer_on_payload_done(hccl_framer_t *s)
         s->rx_xfer->moved = len;
         hccl_xfer_complete_later(s->reactor, s->rx_xfer, hcclSuccess);
         s->rx_xfer = NULL;
-        return framer_credit(s, len);
+        framer_credit(s, len);
+        return hcclSuccess;
     } else {
         hccl_unexp_t *u = s->rx_unexp;
         /* Its receive may have been posted while the payload was still arriving. */
@@ -198,7 +198,9 @@ static hcclResult_t framer_on_payload_done(hccl_framer_t *s)
             hccl_xfer_complete_later(s->reactor, x, res);
             framer_unexp_free(s, u);
             s->rx_held -= len;
-            return res == hcclSuccess ? framer_credit(s, len) : res;
+            if (res == hcclSuccess)
+                framer_credit(s, len);
+            return res;
         }
         if (s->unexp_tail)
             s->unexp_tail->next = u;

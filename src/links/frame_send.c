@@ -17,14 +17,20 @@ void framer_fill(const hccl_framer_t *s, hccl_frame_t *f, uint16_t type, uint64_
     f->addr = addr;
 }
 
-static hcclResult_t framer_queue_ctl_len(hccl_framer_t *s, uint16_t type, uint64_t seq,
-                                         uint32_t tag, uint64_t len)
+hcclResult_t framer_queue_ctl(hccl_framer_t *s, uint16_t type, uint64_t seq, uint32_t tag)
 {
     hccl_ctl_t *c = hccl_calloc(1, sizeof(*c));
+    uint64_t credit = 0;
 
     if (!c)
         return HCCL_FAIL(hcclSystemError, "rank %d: out of memory for a control frame", s->rank);
-    framer_fill(s, &c->f, type, seq, tag, len, 0);
+    if (type == HCCL_FRAME_FIN || type == HCCL_FRAME_PULL || type == HCCL_FRAME_NACK) {
+        /* An answer to an offer, which the sender reads before its send completes: it carries
+         * what was delivered since the last one (frame.h, eager_cap). */
+        credit = s->rx_uncredited;
+        s->rx_uncredited = 0;
+    }
+    framer_fill(s, &c->f, type, seq, tag, credit, 0);
     if (s->ctl_tail)
         s->ctl_tail->next = c;
     else
@@ -33,29 +39,15 @@ static hcclResult_t framer_queue_ctl_len(hccl_framer_t *s, uint16_t type, uint64
     return hccl_framer_tx(s);
 }
 
-hcclResult_t framer_queue_ctl(hccl_framer_t *s, uint16_t type, uint64_t seq, uint32_t tag)
-{
-    return framer_queue_ctl_len(s, type, seq, tag, 0);
-}
-
 bool framer_offers_taken(const hccl_framer_t *s)
 {
     return s->io->rndv_read != NULL || s->pull_max > 0;
 }
 
-hcclResult_t framer_credit(hccl_framer_t *s, size_t len)
+void framer_credit(hccl_framer_t *s, size_t len)
 {
-    uint64_t n;
-
-    /* A peer that said goodbye sends nothing more, and may close before it would read them. */
-    if (!s->eager_cap || !len || !framer_offers_taken(s) || s->peer_bye)
-        return hcclSuccess;
-    s->rx_uncredited += len;
-    if (s->rx_uncredited < s->eager_cap / 4)
-        return hcclSuccess;
-    n = s->rx_uncredited;
-    s->rx_uncredited = 0;
-    return framer_queue_ctl_len(s, HCCL_FRAME_CREDIT, 0, 0, n);
+    if (s->eager_cap && framer_offers_taken(s))
+        s->rx_uncredited += len;
 }
 
 hcclResult_t framer_on_credit(hccl_framer_t *s, uint64_t len)
@@ -68,23 +60,6 @@ hcclResult_t framer_on_credit(hccl_framer_t *s, uint64_t len)
                          (unsigned long long)s->tx_uncredited);
     s->tx_uncredited -= len;
     return hcclSuccess;
-}
-
-void framer_drop_credits(hccl_framer_t *s)
-{
-    hccl_ctl_t **pp = &s->ctl_head;
-
-    s->ctl_tail = NULL;
-    while (*pp) {
-        hccl_ctl_t *c = *pp;
-        if (c->f.type == HCCL_FRAME_CREDIT) {
-            *pp = c->next;
-            hccl_free(c);
-            continue;
-        }
-        s->ctl_tail = c;
-        pp = &c->next;
-    }
 }
 
 /* A message that would take the DATA bytes the receiver has not delivered past the cap. */
