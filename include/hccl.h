@@ -147,6 +147,21 @@ HCCL_API hcclResult_t hcclCommInitFromEnv(hcclComm_t *comm);
  */
 HCCL_API hcclResult_t hcclCommSplit(hcclComm_t comm, int color, int key, hcclComm_t *newcomm);
 
+/*
+ * Called by every rank of comm that is not in excludeRanks[excludeCount] (the dead or unwanted
+ * ranks), also after comm has failed: builds *newcomm of the remaining ranks, renumbered
+ * densely in their old order, through comm's rank table, without the excluded ranks and
+ * without a new rendezvous (the lowest remaining rank leads it). config NULL: comm's settings.
+ * Blocks until the new communicator is up, at most the connect timeout.
+ * Results: hcclInvalidArgument (a rank out of range or listed twice, NULL newcomm),
+ * hcclInvalidUsage (this rank excludes itself; the remaining ranks disagree on the list,
+ * named in hcclGetLastError), hcclRemoteError (a remaining rank died meanwhile: call it again,
+ * excluding that rank too), hcclTimeout (a remaining rank did not call it in time).
+ * comm stays to be destroyed or aborted. Not concurrently with another hcclCommShrink of comm.
+ */
+HCCL_API hcclResult_t hcclCommShrink(hcclComm_t comm, const int *excludeRanks, int excludeCount,
+                                     const hcclConfig_t *config, hcclComm_t *newcomm);
+
 /* Waits for this rank's outstanding requests, then frees comm. */
 HCCL_API hcclResult_t hcclCommDestroy(hcclComm_t comm);
 /* Completes every outstanding request with hcclAborted, then frees comm. */

@@ -51,6 +51,7 @@ void hccl_comm_free(struct hcclComm *comm, bool graceful)
     hccl_free(comm->p2p_recv_seq);
     hccl_free(comm->cards);
     hccl_fault_detach(comm);
+    hccl_shrink_close(comm);
     pthread_mutex_destroy(&comm->mtx);
     pthread_cond_destroy(&comm->cond);
     comm->magic = HCCL_COMM_DEAD;

@@ -126,11 +126,35 @@ struct hcclComm {
     hcclResult_t fatal_res;
     char fatal_msg[512];
     struct hccl_fault_set *faults;   /* owned; HCCL_FAULT for this rank, NULL: none (fault.h) */
+    int ctl_fd;                      /* owned: control listener for hcclCommShrink, -1: none */
+    atomic_uint shrink_gen;          /* hcclCommShrink calls on this communicator so far */
     /* outstanding requests, for destroy */
     pthread_mutex_t mtx;
     pthread_cond_t cond;
     int outstanding;
 };
+
+/*
+ * How a communicator being created gets its rank table: from the rendezvous of an id, or
+ * another way (hcclCommShrink: from the survivors of a parent, shrink.c).
+ */
+typedef struct hccl_comm_join {
+    /* Sends our card (config: the settings that must agree) and fills out, by deadline_ms. */
+    hcclResult_t (*join)(void *arg, const hccl_card_t *card, const char *config, int64_t deadline_ms,
+                         hccl_bootstrap_result_t *out);
+    /* This rank failed before it joined (why: the text): tell the others. */
+    void (*report)(void *arg, hcclResult_t status, const char *why);
+    /* The links are up: sets the tuner's constants of comm (in place of the calibration). */
+    hcclResult_t (*tune)(void *arg, struct hcclComm *comm);
+    void *arg;
+} hccl_comm_join_t;
+/* Creates a communicator whose rank table comes through join (comm_init.c). */
+hcclResult_t hccl_comm_create(struct hcclComm **comm_p, int nranks, int rank, const hcclConfig_t *config,
+                              const hccl_comm_join_t *join);
+/* shrink.c: opens comm's control listener and writes its address into card (none: a WARN). */
+void hccl_shrink_listen(struct hcclComm *comm, hccl_card_t *card);
+/* shrink.c: closes it. */
+void hccl_shrink_close(struct hcclComm *comm);
 
 /* Reactor thread: the communicator is broken; fail everything in flight and tell the peers. */
 void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg);

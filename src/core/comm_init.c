@@ -210,8 +210,9 @@ static uint64_t config_hash(const char *text)
     return h;
 }
 
+/* join NULL: through the rendezvous of id; else id is NULL. */
 static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *id, int rank,
-                              const hcclConfig_t *config)
+                              const hcclConfig_t *config, const hccl_comm_join_t *join)
 {
     struct hcclComm *comm = hccl_calloc(1, sizeof(*comm));
     hccl_bootstrap_result_t bs = {0};
@@ -223,6 +224,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     if (!comm)
         return HCCL_FAIL(hcclSystemError, "comm: out of memory");
     comm->magic = HCCL_COMM_MAGIC;
+    comm->ctl_fd = -1;
     comm->rank = rank;
     comm->nranks = nranks;
     atomic_init(&comm->async_error, hcclSuccess);
@@ -267,8 +269,10 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     }
     hccl_topo_host_id(&comm->params, card.host, sizeof(card.host));
     HCCL_CHECK_GOTO(comm_open_links(comm, &card), res, err_report);
-    HCCL_CHECK_GOTO(hccl_bootstrap_join(id, rank, nranks, &card, cfg_text, deadline, &bs), res,
-                    err_free);
+    hccl_shrink_listen(comm, &card);
+    HCCL_CHECK_GOTO(join ? join->join(join->arg, &card, cfg_text, deadline, &bs)
+                         : hccl_bootstrap_join(id, rank, nranks, &card, cfg_text, deadline, &bs),
+                    res, err_free);
     comm->cards = bs.cards;
     comm->env.cards = bs.cards;
     comm->env.comm_id = bs.comm_id;
@@ -322,7 +326,8 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
                         "links (set HCCL_COST_MODEL or HCCL_CALIBRATE=0 to skip them)");
         goto err_free;
     }
-    HCCL_CHECK_GOTO(hccl_comm_calibrate(comm), res, err_free);
+    HCCL_CHECK_GOTO(join && join->tune ? join->tune(join->arg, comm) : hccl_comm_calibrate(comm),
+                    res, err_free);
     hccl_topo_report(comm);
     HCCL_INFO(HCCL_SUB_INIT, "rank %d of %d ready (communicator %016llx, host %s)", rank, nranks,
               (unsigned long long)bs.comm_id, card.host);
@@ -334,7 +339,10 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
 err_report : {
     char why[512];
     snprintf(why, sizeof(why), "%s", hccl_error_last());
-    hccl_bootstrap_report(id, rank, nranks, res, why, hccl_now_ms() + 10000);
+    if (join)
+        join->report(join->arg, res, why);
+    else
+        hccl_bootstrap_report(id, rank, nranks, res, why, hccl_now_ms() + 10000);
     hccl_error_put(why); /* the report's own failures are not the caller's error */
 }
 err_free:
@@ -365,7 +373,13 @@ HCCL_API hcclResult_t hcclCommInitRankConfig(hcclComm_t *comm, int nranks, hcclU
                          config->size);
     memcpy(&id, uid.internal, sizeof(id));
     HCCL_CHECK(hccl_comm_id_check(&id, "hcclCommInitRank"));
-    return comm_init(comm, nranks, &id, rank, config);
+    return comm_init(comm, nranks, &id, rank, config, NULL);
+}
+
+hcclResult_t hccl_comm_create(struct hcclComm **comm_p, int nranks, int rank,
+                              const hcclConfig_t *config, const hccl_comm_join_t *join)
+{
+    return comm_init(comm_p, nranks, NULL, rank, config, join);
 }
 
 HCCL_API hcclResult_t hcclCommInitRank(hcclComm_t *comm, int nranks, hcclUniqueId id, int rank)
@@ -424,7 +438,7 @@ HCCL_API hcclResult_t hcclCommInitGroup(hcclComm_t *comm, uint32_t commSize, con
             have_root = true;
         }
     }
-    res = comm_init(comm, (int)commSize, &id, (int)rankId, NULL);
+    res = comm_init(comm, (int)commSize, &id, (int)rankId, NULL, NULL);
     if (have_root) {
         /* The service lives in this process: on failure, stay until it has told every rank why
          * (bounded by the connect timeout), or they would wait for a rendezvous that vanished. */

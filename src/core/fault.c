@@ -13,7 +13,7 @@
 #define FAULT_NO_SEQ UINT64_MAX
 
 static const char *const kind_names[] = {"kill", "close", "delay"};
-static const char *const point_names[] = {"step", "init", "idle", "destroy"};
+static const char *const point_names[] = {"step", "init", "idle", "destroy", "shrink"};
 
 /* Monotonic milliseconds with microseconds, the clock the fault tests compare against. */
 static double fault_now_ms(void)
@@ -49,7 +49,7 @@ static bool parse_field(hccl_fault_t *f, const char *key, const char *val, const
                 return true;
             }
         }
-        *why = "at must be step, init, idle or destroy";
+        *why = "at must be step, init, idle, destroy or shrink";
         return false;
     }
     if (strcmp(key, "rank") != 0 && strcmp(key, "peer") != 0 && strcmp(key, "seq") != 0 &&

@@ -2,7 +2,7 @@
  * HCCL_FAULT: test-only fault injection, so that failure tests are deterministic.
  *
  *   kill:rank=R[,seq=S][,step=T]      SIGKILL when rank R issues step T of collective S
- *   kill:rank=R,at=init|idle|destroy  ... or at a point of the communicator's life
+ *   kill:rank=R,at=init|idle|destroy|shrink  ... or at a point of the communicator's life
  *   close:rank=R,peer=P[,seq=S][,step=T]  rank R closes its link to P, as a cut cable would
  *   delay:rank=R,ms=M[,seq=S][,step=T]    rank R stalls M ms before issuing the step
  *   several faults separated by ';'
@@ -29,6 +29,7 @@ typedef enum {
     HCCL_FAULT_AT_INIT,    /* after the bootstrap, before the links are set up */
     HCCL_FAULT_AT_IDLE,    /* nothing in flight: after init, or after collective seq finished */
     HCCL_FAULT_AT_DESTROY, /* inside hcclCommDestroy, before the peers are told goodbye */
+    HCCL_FAULT_AT_SHRINK,  /* inside hcclCommShrink, once this rank has joined the exchange */
 } hccl_fault_point_t;
 
 typedef struct hccl_fault {

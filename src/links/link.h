@@ -23,6 +23,7 @@ enum {
 #define HCCL_SECRET_BYTES 32
 #define HCCL_CARD_BLOB_BYTES 112
 #define HCCL_HOST_ID_BYTES 96
+#define HCCL_CARD_CTL_BYTES 24
 
 /*
  * What each rank publishes at bootstrap. Fixed-width fields: it travels as
@@ -36,6 +37,8 @@ typedef struct hccl_card {
     uint32_t cpus;                                    /* how many CPUs it may run on */
     uint32_t reserved;                                /* zero */
     uint64_t config_hash;                             /* settings that shape plans: must agree */
+    uint64_t pid_ns;                                  /* inode of its pid namespace, 0: unknown */
+    uint8_t ctl[HCCL_CARD_CTL_BYTES];                 /* its control listener (core/shrink.h) */
     char host[HCCL_HOST_ID_BYTES];                    /* host identity, NUL-terminated */
     uint8_t blob[HCCL_LINK_MAX][HCCL_CARD_BLOB_BYTES]; /* per link: its listen address etc. */
 } hccl_card_t;
