@@ -17,16 +17,18 @@
 
 #define SHRINK_HELLO_WAIT_MS 5000 /* a survivor sends its hello right after connecting */
 #define SHRINK_TICK_MS 50         /* how often the leader looks for survivors that exited */
+#define FD_ANSWERED -2            /* a survivor's slot in fds once it got the error */
+#define SHRINK_LINGER_MS 2000     /* a failed leader answers the survivors still coming this long */
 
 typedef struct {
     struct hcclComm *parent; /* borrowed */
     int *excl;               /* owned, [nexcl], ascending */
     int nexcl;
-    int *new_of;             /* owned, [parent->nranks]: new rank, -1: excluded */
-    int size;                /* of the new communicator */
-    int leader;              /* parent rank of the lowest survivor */
-    uint32_t gen;            /* this call's number among the parent's shrinks */
-    bool joined;             /* a follower's hello went to the leader */
+    int *new_of;  /* owned, [parent->nranks]: new rank, -1: excluded */
+    int size;     /* of the new communicator */
+    int leader;   /* parent rank of the lowest survivor */
+    uint32_t gen; /* this call's number among the parent's shrinks */
+    bool joined;  /* a follower's hello went to the leader */
 } shrink_t;
 
 /* ---- the control listener ---- */
@@ -127,7 +129,8 @@ static bool rank_exited(const struct hcclComm *parent, int r)
 static void send_error(int fd, hcclResult_t status, const char *msg)
 {
     size_t len = strnlen(msg, HCCL_BS_MAX_MSG);
-    hccl_bs_reply_t rep = {.magic = HCCL_BS_REPLY_MAGIC, .status = status, .msg_len = (uint32_t)len};
+    hccl_bs_reply_t rep = {
+        .magic = HCCL_BS_REPLY_MAGIC, .status = status, .msg_len = (uint32_t)len};
     int64_t deadline = hccl_now_ms() + 1000;
 
     if (hccl_socket_send_all(fd, &rep, sizeof(rep), deadline) == hcclSuccess)
@@ -156,9 +159,11 @@ static bool read_hello(const shrink_t *sh, int fd, hccl_shrink_hello_t *h, int *
     raw = hccl_calloc((size_t)h->nexclude + 1, sizeof(*raw));
     list = hccl_calloc((size_t)h->nexclude + 1, sizeof(*list));
     if (!raw || !list ||
-        hccl_socket_recv_all(fd, raw, (size_t)h->nexclude * sizeof(*raw), deadline) != hcclSuccess ||
+        hccl_socket_recv_all(fd, raw, (size_t)h->nexclude * sizeof(*raw), deadline) !=
+            hcclSuccess ||
         !hccl_shrink_list_valid(raw, h->nexclude, p->nranks)) {
-        HCCL_WARN("rank %d: hcclCommShrink: rank %d's exclude list is missing or malformed", p->rank, h->rank);
+        HCCL_WARN("rank %d: hcclCommShrink: rank %d's exclude list is missing or malformed",
+                  p->rank, h->rank);
         hccl_free(raw);
         hccl_free(list);
         return false;
@@ -175,8 +180,8 @@ static bool read_hello(const shrink_t *sh, int fd, hccl_shrink_hello_t *h, int *
  * hcclInProgress when it is answered apart (an earlier attempt's) or dropped, else the
  * error that ends this attempt, with its text in msg.
  */
-static hcclResult_t take_hello(const shrink_t *sh, int fd, const char *config, hccl_card_t *cards, int *fds,
-                               char *msg, size_t len)
+static hcclResult_t take_hello(const shrink_t *sh, int fd, const char *config, hccl_card_t *cards,
+                               int *fds, char *msg, size_t len)
 {
     struct hcclComm *p = sh->parent;
     hccl_shrink_hello_t h;
@@ -187,27 +192,30 @@ static hcclResult_t take_hello(const shrink_t *sh, int fd, const char *config, h
     if (!read_hello(sh, fd, &h, &list))
         goto drop;
     if (h.gen < sh->gen) {
-        send_error(fd, hcclRemoteError, "hcclCommShrink: this attempt's leader had already given it up "
-                                        "(an earlier failure); call hcclCommShrink again");
+        send_error(fd, hcclRemoteError,
+                   "hcclCommShrink: this attempt's leader had already given it up "
+                   "(an earlier failure); call hcclCommShrink again");
         goto drop;
     }
     if (h.gen > sh->gen) {
-        snprintf(msg, len, "hcclCommShrink: rank %d calls it for the %u. time on this communicator, rank %d "
-                           "for the %u. time: every survivor must call it alike", h.rank, h.gen + 1,
-                 p->rank, sh->gen + 1);
+        snprintf(msg, len,
+                 "hcclCommShrink: rank %d calls it for the %u. time on this communicator, rank %d "
+                 "for the %u. time: every survivor must call it alike",
+                 h.rank, h.gen + 1, p->rank, sh->gen + 1);
         res = hcclInvalidUsage;
     } else if (h.status != hcclSuccess) {
-        snprintf(msg, len, "hcclCommShrink: rank %d failed before it could join: %s", h.rank, h.errmsg);
+        snprintf(msg, len, "hcclCommShrink: rank %d failed before it could join: %s", h.rank,
+                 h.errmsg);
         res = (hcclResult_t)h.status;
-    } else if (hccl_shrink_agree(p->rank, sh->excl, sh->nexcl, h.rank, list, h.nexclude, msg, len) !=
-               hcclSuccess) {
+    } else if (hccl_shrink_agree(p->rank, sh->excl, sh->nexcl, h.rank, list, h.nexclude, msg,
+                                 len) != hcclSuccess) {
         res = hcclInvalidUsage;
     } else if (hccl_config_diff(config, p->rank, h.config, h.rank, diff, sizeof(diff)) > 0) {
         snprintf(msg, len, "hcclCommShrink: the survivors' settings differ: %s", diff);
         res = hcclInvalidUsage;
     } else if (fds[nr = sh->new_of[h.rank]] >= 0 || h.card.rank != (uint32_t)nr) {
-        HCCL_WARN("rank %d: hcclCommShrink: rank %d joined twice or with another rank's card", p->rank,
-                  h.rank);
+        HCCL_WARN("rank %d: hcclCommShrink: rank %d joined twice or with another rank's card",
+                  p->rank, h.rank);
         goto drop;
     } else {
         cards[nr] = h.card;
@@ -215,6 +223,8 @@ static hcclResult_t take_hello(const shrink_t *sh, int fd, const char *config, h
         hccl_free(list);
         return hcclSuccess;
     }
+    if (sh->new_of[h.rank] >= 0 && fds[sh->new_of[h.rank]] < 0)
+        fds[sh->new_of[h.rank]] = FD_ANSWERED;
     send_error(fd, res, msg);
 drop:
     close(fd);
@@ -229,7 +239,7 @@ static void missing_text(const shrink_t *sh, const int *fds, char *buf, size_t l
 
     buf[0] = '\0';
     for (int r = 0; r < sh->parent->nranks && o + 12 < len; r++)
-        if (r != sh->parent->rank && sh->new_of[r] >= 0 && fds[sh->new_of[r]] < 0)
+        if (r != sh->parent->rank && sh->new_of[r] >= 0 && fds[sh->new_of[r]] == -1)
             o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? "," : "", r);
 }
 
@@ -237,8 +247,8 @@ static void missing_text(const shrink_t *sh, const int *fds, char *buf, size_t l
  * Waits for every survivor's hello, or the first reason to give up: a survivor that goes away
  * (its connection ends, or its process is seen to have exited), a disagreement, the deadline.
  */
-static hcclResult_t lead_collect(const shrink_t *sh, const char *config, int64_t deadline_ms, hccl_card_t *cards,
-                                 int *fds, char *msg, size_t len)
+static hcclResult_t lead_collect(const shrink_t *sh, const char *config, int64_t deadline_ms,
+                                 hccl_card_t *cards, int *fds, char *msg, size_t len, int *gone_p)
 {
     struct hcclComm *p = sh->parent;
     struct pollfd *pf = hccl_calloc((size_t)sh->size + 1, sizeof(*pf));
@@ -257,8 +267,10 @@ static hcclResult_t lead_collect(const shrink_t *sh, const char *config, int64_t
         if (left <= 0) {
             char missing[256];
             missing_text(sh, fds, missing, sizeof(missing));
-            snprintf(msg, len, "hcclCommShrink: ranks %s did not join rank %d's shrink within the connect "
-                               "timeout of %d ms", missing, p->rank, p->params.connect_timeout_ms);
+            snprintf(msg, len,
+                     "hcclCommShrink: ranks %s did not join rank %d's shrink within the connect "
+                     "timeout of %d ms",
+                     missing, p->rank, p->params.connect_timeout_ms);
             res = hcclTimeout;
             break;
         }
@@ -268,7 +280,8 @@ static hcclResult_t lead_collect(const shrink_t *sh, const char *config, int64_t
                 who[np] = i;
                 pf[np++] = (struct pollfd){.fd = fds[i], .events = POLLIN | POLLRDHUP};
             }
-        if (poll(pf, (nfds_t)np, left < SHRINK_TICK_MS ? (int)left : SHRINK_TICK_MS) < 0 && errno != EINTR) {
+        if (poll(pf, (nfds_t)np, left < SHRINK_TICK_MS ? (int)left : SHRINK_TICK_MS) < 0 &&
+            errno != EINTR) {
             snprintf(msg, len, "hcclCommShrink: poll: %s", strerror(errno));
             res = hcclSystemError;
             break;
@@ -279,14 +292,22 @@ static hcclResult_t lead_collect(const shrink_t *sh, const char *config, int64_t
                 continue;
             for (int r = 0; r < p->nranks; r++)
                 if (sh->new_of[r] == who[i])
-                    snprintf(msg, len, "hcclCommShrink: rank %d went away during the shrink (its connection "
-                                       "to rank %d, which leads it, ended)", r, p->rank);
+                    *gone_p = r;
+            snprintf(msg, len,
+                     "hcclCommShrink: rank %d went away during the shrink (its connection to "
+                     "rank %d, which leads it, ended)",
+                     *gone_p, p->rank);
+            close(fds[who[i]]);
+            fds[who[i]] = -1;
             res = hcclRemoteError;
         }
         for (int r = 0; r < p->nranks && res == hcclSuccess; r++) {
-            if (r != p->rank && sh->new_of[r] >= 0 && fds[sh->new_of[r]] < 0 && rank_exited(p, r)) {
-                snprintf(msg, len, "hcclCommShrink: rank %d (pid %u) exited before it joined the shrink",
-                         r, p->cards[r].pid);
+            if (r != p->rank && sh->new_of[r] >= 0 && fds[sh->new_of[r]] == -1 &&
+                rank_exited(p, r)) {
+                snprintf(msg, len,
+                         "hcclCommShrink: rank %d (pid %u) exited before it joined the shrink", r,
+                         p->cards[r].pid);
+                *gone_p = r;
                 res = hcclRemoteError;
             }
         }
@@ -307,34 +328,64 @@ static hcclResult_t lead_collect(const shrink_t *sh, const char *config, int64_t
     return res;
 }
 
-/* Answers, with the error, every survivor that joined and every connection waiting. */
-static void lead_fail(const shrink_t *sh, int *fds, hcclResult_t res, const char *msg)
+/*
+ * Answers, with the error, every survivor that joined, and those that come within a short
+ * while (they call at about the same time, and would otherwise wait for the deadline); gone:
+ * the rank known to have gone (-1: none). A hello is read before the answer: closing a socket
+ * with input unread resets it, and the answer would be lost.
+ */
+static void lead_fail(const shrink_t *sh, int *fds, hcclResult_t res, const char *msg, int gone,
+                      int64_t linger_ms)
 {
-    int fd;
+    struct hcclComm *p = sh->parent;
+    int64_t until = hccl_now_ms() + linger_ms;
+    int left = 0, fd;
 
-    for (int i = 0; i < sh->size; i++) {
+    for (int r = 0; r < p->nranks; r++) {
+        int i = sh->new_of[r];
+        if (r == p->rank || r == gone || i < 0)
+            continue;
         if (fds[i] >= 0) {
             send_error(fds[i], res, msg);
             close(fds[i]);
-            fds[i] = -1;
+            fds[i] = FD_ANSWERED;
+        } else if (fds[i] != FD_ANSWERED) {
+            left++;
         }
     }
-    while (sh->parent->ctl_fd >= 0 &&
-           (fd = accept4(sh->parent->ctl_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        send_error(fd, res, msg);
-        close(fd);
+    while (p->ctl_fd >= 0) {
+        struct pollfd pf = {.fd = p->ctl_fd, .events = POLLIN};
+        int64_t wait = left > 0 ? until - hccl_now_ms() : 0;
+        hccl_shrink_hello_t h;
+        int *list = NULL;
+        if (poll(&pf, 1, wait > 0 ? (int)wait : 0) != 1)
+            break;
+        while ((fd = accept4(p->ctl_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+            if (read_hello(sh, fd, &h, &list)) {
+                if (h.gen == sh->gen && sh->new_of[h.rank] >= 0 &&
+                    fds[sh->new_of[h.rank]] != FD_ANSWERED) {
+                    fds[sh->new_of[h.rank]] = FD_ANSWERED;
+                    left--;
+                }
+                hccl_free(list);
+                send_error(fd, res, msg);
+            }
+            close(fd);
+        }
     }
 }
 
-static hcclResult_t shrink_lead(shrink_t *sh, const hccl_card_t *card, const char *config, int64_t deadline_ms,
-                                hccl_bootstrap_result_t *out)
+static hcclResult_t shrink_lead(shrink_t *sh, const hccl_card_t *card, const char *config,
+                                int64_t deadline_ms, hccl_bootstrap_result_t *out)
 {
     struct hcclComm *p = sh->parent;
     hccl_card_t *cards = hccl_calloc((size_t)sh->size, sizeof(*cards));
     int *fds = hccl_malloc((size_t)sh->size * sizeof(*fds));
-    hccl_bs_reply_t rep = {.magic = HCCL_BS_REPLY_MAGIC, .status = hcclSuccess, .nranks = (uint32_t)sh->size};
+    hccl_bs_reply_t rep = {
+        .magic = HCCL_BS_REPLY_MAGIC, .status = hcclSuccess, .nranks = (uint32_t)sh->size};
     char msg[HCCL_BS_MAX_MSG];
     hcclResult_t res;
+    int gone = -1;
 
     if (!cards || !fds) {
         hccl_free(cards);
@@ -346,18 +397,20 @@ static hcclResult_t shrink_lead(shrink_t *sh, const hccl_card_t *card, const cha
     cards[0] = *card;
     hccl_fault_point(p, HCCL_FAULT_AT_SHRINK, UINT64_MAX);
     if (sh->size > 1 && p->ctl_fd < 0) {
-        snprintf(msg, sizeof(msg), "hcclCommShrink: rank %d leads the shrink but has no control listener", p->rank);
+        snprintf(msg, sizeof(msg),
+                 "hcclCommShrink: rank %d leads the shrink but has no control listener", p->rank);
         res = hcclSystemError;
     } else {
-        res = lead_collect(sh, config, deadline_ms, cards, fds, msg, sizeof(msg));
+        res = lead_collect(sh, config, deadline_ms, cards, fds, msg, sizeof(msg), &gone);
     }
-    if (res == hcclSuccess && (hccl_random_bytes(&rep.comm_id, sizeof(rep.comm_id)) != hcclSuccess ||
-                               hccl_random_bytes(rep.secret, sizeof(rep.secret)) != hcclSuccess)) {
+    if (res == hcclSuccess &&
+        (hccl_random_bytes(&rep.comm_id, sizeof(rep.comm_id)) != hcclSuccess ||
+         hccl_random_bytes(rep.secret, sizeof(rep.secret)) != hcclSuccess)) {
         snprintf(msg, sizeof(msg), "hcclCommShrink: %s", hccl_error_last());
         res = hcclSystemError;
     }
     if (res != hcclSuccess) {
-        lead_fail(sh, fds, res, msg);
+        lead_fail(sh, fds, res, msg, gone, res == hcclTimeout ? 0 : SHRINK_LINGER_MS);
         hccl_free(fds);
         hccl_free(cards);
         return HCCL_FAIL(res, "%s", msg);
@@ -388,8 +441,10 @@ static hcclResult_t connect_leader(const shrink_t *sh, int64_t deadline_ms, int 
     socklen_t elen = sizeof(err);
 
     if (!ctl_decode(p->cards[sh->leader].ctl, &addr))
-        return HCCL_FAIL(hcclRemoteError, "hcclCommShrink: rank %d, which leads the shrink (the lowest "
-                                          "survivor), has no control listener", sh->leader);
+        return HCCL_FAIL(hcclRemoteError,
+                         "hcclCommShrink: rank %d, which leads the shrink (the lowest "
+                         "survivor), has no control listener",
+                         sh->leader);
     hccl_socket_addr_str(&addr, where, sizeof(where));
     fd = socket(addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -406,9 +461,11 @@ static hcclResult_t connect_leader(const shrink_t *sh, int64_t deadline_ms, int 
     }
     if (err) {
         close(fd);
-        return HCCL_FAIL(err == ETIMEDOUT ? hcclTimeout : hcclRemoteError,
-                         "hcclCommShrink: rank %d, which leads the shrink (the lowest survivor), cannot be "
-                         "reached at %s: %s (it has gone: exclude it too)", sh->leader, where, strerror(err));
+        return HCCL_FAIL(
+            err == ETIMEDOUT ? hcclTimeout : hcclRemoteError,
+            "hcclCommShrink: rank %d, which leads the shrink (the lowest survivor), cannot be "
+            "reached at %s: %s (it has gone: exclude it too)",
+            sh->leader, where, strerror(err));
     }
     *fd_p = fd;
     return hcclSuccess;
@@ -450,13 +507,15 @@ static hcclResult_t send_hello(shrink_t *sh, int fd, const hccl_card_t *card, co
     hccl_free(h);
     hccl_free(list);
     if (res != hcclSuccess)
-        return HCCL_FAIL(hcclRemoteError, "hcclCommShrink: rank %d, which leads the shrink, went away "
-                                          "before it read rank %d's hello", sh->leader, p->rank);
+        return HCCL_FAIL(hcclRemoteError,
+                         "hcclCommShrink: rank %d, which leads the shrink, went away "
+                         "before it read rank %d's hello",
+                         sh->leader, p->rank);
     return hcclSuccess;
 }
 
-static hcclResult_t shrink_follow(shrink_t *sh, const hccl_card_t *card, const char *config, int64_t deadline_ms,
-                                  hccl_bootstrap_result_t *out)
+static hcclResult_t shrink_follow(shrink_t *sh, const hccl_card_t *card, const char *config,
+                                  int64_t deadline_ms, hccl_bootstrap_result_t *out)
 {
     struct hcclComm *p = sh->parent;
     int me = sh->new_of[p->rank], fd;
@@ -465,7 +524,8 @@ static hcclResult_t shrink_follow(shrink_t *sh, const hccl_card_t *card, const c
     hcclResult_t res;
 
     HCCL_CHECK(connect_leader(sh, deadline_ms, &fd));
-    HCCL_CHECK_GOTO(send_hello(sh, fd, card, config, hcclSuccess, NULL, deadline_ms), res, out_close);
+    HCCL_CHECK_GOTO(send_hello(sh, fd, card, config, hcclSuccess, NULL, deadline_ms), res,
+                    out_close);
     sh->joined = true;
     hccl_fault_point(p, HCCL_FAULT_AT_SHRINK, UINT64_MAX);
     res = hccl_socket_recv_all(fd, &rep, sizeof(rep), deadline_ms);
@@ -480,7 +540,8 @@ static hcclResult_t shrink_follow(shrink_t *sh, const hccl_card_t *card, const c
     if (rep.status != hcclSuccess) {
         char msg[HCCL_BS_MAX_MSG + 1] = "";
         if (hccl_socket_recv_all(fd, msg, rep.msg_len, deadline_ms) != hcclSuccess)
-            snprintf(msg, sizeof(msg), "hcclCommShrink: rank %d, which leads the shrink, failed", sh->leader);
+            snprintf(msg, sizeof(msg), "hcclCommShrink: rank %d, which leads the shrink, failed",
+                     sh->leader);
         msg[rep.msg_len < HCCL_BS_MAX_MSG ? rep.msg_len : HCCL_BS_MAX_MSG] = '\0';
         res = HCCL_FAIL((hcclResult_t)rep.status, "%s", msg);
         goto out_close;
@@ -492,8 +553,10 @@ static hcclResult_t shrink_follow(shrink_t *sh, const hccl_card_t *card, const c
     }
     res = hccl_socket_recv_all(fd, cards, (size_t)sh->size * sizeof(*cards), deadline_ms);
     if (res != hcclSuccess) {
-        res = HCCL_FAIL(hcclRemoteError, "hcclCommShrink: rank %d, which leads the shrink, went away while "
-                                         "it sent the rank table", sh->leader);
+        res = HCCL_FAIL(hcclRemoteError,
+                        "hcclCommShrink: rank %d, which leads the shrink, went away while "
+                        "it sent the rank table",
+                        sh->leader);
         goto out_free;
     }
     HCCL_CHECK_GOTO(hccl_bs_cards_check(cards, sh->size, me), res, out_free);
@@ -512,8 +575,8 @@ out_close:
 
 /* ---- the join that hccl_comm_create calls ---- */
 
-static hcclResult_t shrink_join(void *arg, const hccl_card_t *card, const char *config, int64_t deadline_ms,
-                                hccl_bootstrap_result_t *out)
+static hcclResult_t shrink_join(void *arg, const hccl_card_t *card, const char *config,
+                                int64_t deadline_ms, hccl_bootstrap_result_t *out)
 {
     shrink_t *sh = arg;
 
@@ -549,16 +612,22 @@ static void shrink_report(void *arg, hcclResult_t status, const char *why)
         }
         return;
     }
-    snprintf(msg, sizeof(msg), "hcclCommShrink: rank %d, which leads the shrink, failed: %s", p->rank, why);
+    snprintf(msg, sizeof(msg), "hcclCommShrink: rank %d, which leads the shrink, failed: %s",
+             p->rank, why);
     for (int answered = 0; answered < sh->size - 1 && p->ctl_fd >= 0;) {
         struct pollfd pf = {.fd = p->ctl_fd, .events = POLLIN};
         int64_t left = deadline - hccl_now_ms();
         if (left <= 0 || poll(&pf, 1, (int)left) != 1)
             break;
         while ((fd = accept4(p->ctl_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-            send_error(fd, status, msg);
+            hccl_shrink_hello_t h;
+            int *list = NULL;
+            if (read_hello(sh, fd, &h, &list)) {
+                hccl_free(list);
+                send_error(fd, status, msg);
+                answered++;
+            }
             close(fd);
-            answered++;
         }
     }
 }
@@ -595,8 +664,10 @@ HCCL_API hcclResult_t hcclCommShrink(hcclComm_t comm, const int *excludeRanks, i
     if (!newcomm)
         return HCCL_FAIL(hcclInvalidArgument, "hcclCommShrink: newcomm is NULL");
     if (config && (config->size < sizeof(size_t) || config->size > (1u << 16)))
-        return HCCL_FAIL(hcclInvalidUsage, "hcclCommShrink: hcclConfig_t.size is %zu: initialise config "
-                                           "with HCCL_CONFIG_INITIALIZER", config->size);
+        return HCCL_FAIL(hcclInvalidUsage,
+                         "hcclCommShrink: hcclConfig_t.size is %zu: initialise config "
+                         "with HCCL_CONFIG_INITIALIZER",
+                         config->size);
     sh.parent = comm;
     sh.excl = hccl_calloc((size_t)comm->nranks, sizeof(*sh.excl));
     sh.new_of = hccl_calloc((size_t)comm->nranks, sizeof(*sh.new_of));
@@ -604,8 +675,9 @@ HCCL_API hcclResult_t hcclCommShrink(hcclComm_t comm, const int *excludeRanks, i
         res = HCCL_FAIL(hcclSystemError, "hcclCommShrink: out of memory");
         goto out;
     }
-    HCCL_CHECK_GOTO(hccl_shrink_list_check(comm->nranks, comm->rank, excludeRanks, excludeCount, sh.excl), res,
-                    out);
+    HCCL_CHECK_GOTO(
+        hccl_shrink_list_check(comm->nranks, comm->rank, excludeRanks, excludeCount, sh.excl), res,
+        out);
     sh.nexcl = excludeCount;
     sh.size = hccl_shrink_renumber(comm->nranks, sh.excl, sh.nexcl, sh.new_of);
     for (sh.leader = 0; sh.new_of[sh.leader] != 0; sh.leader++)
@@ -615,13 +687,15 @@ HCCL_API hcclResult_t hcclCommShrink(hcclComm_t comm, const int *excludeRanks, i
         cfg.connectTimeoutMs = comm->params.connect_timeout_ms;
         cfg.execTimeoutMs = comm->params.exec_timeout_ms;
         cfg.algo = comm->params.algo[0] ? comm->params.algo : NULL;
-        cfg.eventBase = hccl_reactor_is_external(comm->reactor) ? hccl_reactor_base(comm->reactor) : NULL;
+        cfg.eventBase =
+            hccl_reactor_is_external(comm->reactor) ? hccl_reactor_base(comm->reactor) : NULL;
         config = &cfg;
     }
     res = hccl_comm_create(&nc, sh.size, sh.new_of[comm->rank], config, &join);
     if (res == hcclSuccess) {
         hccl_shrink_list_text(sh.excl, sh.nexcl, list, sizeof(list));
-        HCCL_INFO(HCCL_SUB_INIT, "rank %d: shrank %d ranks to %d (excluded %s) in %.1f ms; now rank %d",
+        HCCL_INFO(HCCL_SUB_INIT,
+                  "rank %d: shrank %d ranks to %d (excluded %s) in %.1f ms; now rank %d",
                   comm->rank, comm->nranks, sh.size, list, (double)(hccl_now_ns() - t0) / 1e6,
                   sh.new_of[comm->rank]);
         *newcomm = nc;

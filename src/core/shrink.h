@@ -29,15 +29,15 @@ typedef struct {
     uint16_t reserved;
     uint8_t secret[HCCL_SECRET_BYTES]; /* the parent's */
     uint64_t comm_id;                  /* the parent's */
-    uint32_t gen;                      /* hcclCommShrink calls this rank made on the parent before */
-    int32_t rank;                      /* in the parent */
-    int32_t nranks;                    /* the parent's size */
-    int32_t status;                    /* not hcclSuccess: it failed before joining; errmsg says why */
+    uint32_t gen;   /* hcclCommShrink calls this rank made on the parent before */
+    int32_t rank;   /* in the parent */
+    int32_t nranks; /* the parent's size */
+    int32_t status; /* not hcclSuccess: it failed before joining; errmsg says why */
     int32_t nexclude;
     int32_t reserved2;
     char errmsg[HCCL_BS_ERRMSG_BYTES];
     char config[HCCL_CONFIG_TEXT_BYTES]; /* the new communicator's settings that must agree */
-    hccl_card_t card;                  /* for the new communicator: rank is the new rank */
+    hccl_card_t card;                    /* for the new communicator: rank is the new rank */
 } hccl_shrink_hello_t;
 
 /*

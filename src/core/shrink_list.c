@@ -15,25 +15,30 @@ static int cmp_int(const void *a, const void *b)
 hcclResult_t hccl_shrink_list_check(int nranks, int rank, const int *list, int count, int *sorted)
 {
     if (count < 0)
-        return HCCL_FAIL(hcclInvalidArgument, "hcclCommShrink: excludeCount is %d (must be >= 0)", count);
-    if (count > 0 && !list)
-        return HCCL_FAIL(hcclInvalidArgument, "hcclCommShrink: excludeRanks is NULL with excludeCount %d",
+        return HCCL_FAIL(hcclInvalidArgument, "hcclCommShrink: excludeCount is %d (must be >= 0)",
                          count);
+    if (count > 0 && !list)
+        return HCCL_FAIL(hcclInvalidArgument,
+                         "hcclCommShrink: excludeRanks is NULL with excludeCount %d", count);
     for (int i = 0; i < count; i++)
         if (list[i] < 0 || list[i] >= nranks)
-            return HCCL_FAIL(hcclInvalidArgument, "hcclCommShrink: excludeRanks[%d] is %d, not a rank "
-                                                  "of the communicator's %d", i, list[i], nranks);
+            return HCCL_FAIL(hcclInvalidArgument,
+                             "hcclCommShrink: excludeRanks[%d] is %d, not a rank "
+                             "of the communicator's %d",
+                             i, list[i], nranks);
     if (count > 0)
         memcpy(sorted, list, (size_t)count * sizeof(*sorted));
     qsort(sorted, (size_t)count, sizeof(*sorted), cmp_int);
     for (int i = 1; i < count; i++)
         if (sorted[i] == sorted[i - 1])
-            return HCCL_FAIL(hcclInvalidArgument, "hcclCommShrink: rank %d is listed twice in excludeRanks",
-                             sorted[i]);
+            return HCCL_FAIL(hcclInvalidArgument,
+                             "hcclCommShrink: rank %d is listed twice in excludeRanks", sorted[i]);
     for (int i = 0; i < count; i++)
         if (sorted[i] == rank)
-            return HCCL_FAIL(hcclInvalidUsage, "hcclCommShrink: rank %d excludes itself (only the "
-                                               "ranks that stay call hcclCommShrink)", rank);
+            return HCCL_FAIL(hcclInvalidUsage,
+                             "hcclCommShrink: rank %d excludes itself (only the "
+                             "ranks that stay call hcclCommShrink)",
+                             rank);
     return hcclSuccess;
 }
 
@@ -75,7 +80,8 @@ hcclResult_t hccl_shrink_agree(int leader, const int *mine, int nmine, int rank,
                                int ntheirs, char *why, size_t len)
 {
     char a[128], b[128];
-    bool same = nmine == ntheirs && (nmine == 0 || memcmp(mine, theirs, (size_t)nmine * sizeof(int)) == 0);
+    bool same =
+        nmine == ntheirs && (nmine == 0 || memcmp(mine, theirs, (size_t)nmine * sizeof(int)) == 0);
     bool excluded = false;
 
     for (int i = 0; i < nmine; i++)
@@ -85,12 +91,16 @@ hcclResult_t hccl_shrink_agree(int leader, const int *mine, int nmine, int rank,
     hccl_shrink_list_text(mine, nmine, a, sizeof(a));
     hccl_shrink_list_text(theirs, ntheirs, b, sizeof(b));
     if (excluded)
-        snprintf(why, len, "hcclCommShrink: rank %d takes part although rank %d excludes it: the "
-                           "survivors disagree on the ranks to exclude: rank %d excludes %s, rank %d "
-                           "excludes %s", rank, leader, leader, a, rank, b);
+        snprintf(why, len,
+                 "hcclCommShrink: rank %d takes part although rank %d excludes it: the "
+                 "survivors disagree on the ranks to exclude: rank %d excludes %s, rank %d "
+                 "excludes %s",
+                 rank, leader, leader, a, rank, b);
     else
-        snprintf(why, len, "hcclCommShrink: the survivors disagree on the ranks to exclude: rank %d "
-                           "excludes %s, rank %d excludes %s", leader, a, rank, b);
+        snprintf(why, len,
+                 "hcclCommShrink: the survivors disagree on the ranks to exclude: rank %d "
+                 "excludes %s, rank %d excludes %s",
+                 leader, a, rank, b);
     return hcclInvalidUsage;
 }
 
