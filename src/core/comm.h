@@ -128,6 +128,7 @@ struct hcclComm {
     struct hccl_fault_set *faults;   /* owned; HCCL_FAULT for this rank, NULL: none (fault.h) */
     int ctl_fd;                      /* owned: control listener for hcclCommShrink, -1: none */
     atomic_uint shrink_gen;          /* hcclCommShrink calls on this communicator so far */
+    struct hccl_shrink_early *shrink_early; /* owned: connections for a later shrink (shrink.h) */
     /* outstanding requests, for destroy */
     pthread_mutex_t mtx;
     pthread_cond_t cond;

@@ -67,4 +67,41 @@ const char *hccl_shrink_hello_check(hccl_shrink_hello_t *h, uint64_t comm_id, co
 /* Whether list (nexclude entries) is ascending, without repeats, inside [0, nranks). */
 bool hccl_shrink_list_valid(const int32_t *list, int nexclude, int nranks);
 
+/* ---- between shrink.c (the call, a follower) and shrink_lead.c (the leader) ---- */
+
+#define HCCL_SHRINK_HELLO_WAIT_MS 5000 /* a survivor sends its hello right after connecting */
+#define HCCL_SHRINK_ACK 0x4b434153u    /* "SACK": a survivor has the new rank table */
+
+typedef struct {
+    struct hcclComm *parent; /* borrowed */
+    int *excl;               /* owned, [nexcl], ascending */
+    int nexcl;
+    int *new_of;  /* owned, [parent->nranks]: new rank, -1: excluded */
+    int size;     /* of the new communicator */
+    int leader;   /* parent rank of the lowest survivor */
+    uint32_t gen; /* this call's number among the parent's shrinks */
+    bool joined;  /* a follower's hello went to the leader */
+} hccl_shrink_t;
+
+/* Reads one connection's hello and list (*list_p: owned by the caller). false: a connection to
+ * drop unanswered (no complete hello: one left behind by an earlier attempt; or a stranger). */
+bool hccl_shrink_read_hello(const hccl_shrink_t *sh, int fd, hccl_shrink_hello_t *h, int **list_p);
+/* Answers a survivor with an error (a reply of the bootstrap's form). */
+void hccl_shrink_send_error(int fd, hcclResult_t status, const char *msg);
+/* Sends our hello (card and config NULL: a failure, why says which). */
+hcclResult_t hccl_shrink_send_hello(hccl_shrink_t *sh, int fd, const hccl_card_t *card,
+                                    const char *config, hcclResult_t status, const char *why,
+                                    int64_t deadline_ms);
+/* The leader's side of the exchange: out gets the new rank table. */
+hcclResult_t hccl_shrink_lead(hccl_shrink_t *sh, const hccl_card_t *card, const char *config,
+                              int64_t deadline_ms, hccl_bootstrap_result_t *out);
+/*
+ * A connection whose hello is for a later shrink of comm than sh's (a survivor that learnt of
+ * this attempt's failure first and called again): kept, unread, for that shrink (true), else
+ * false. Connections kept go to the next leader's collection, and are closed with comm.
+ */
+bool hccl_shrink_keep_early(const hccl_shrink_t *sh, int fd);
+/* One kept connection (-1: none). */
+int hccl_shrink_take_early(struct hcclComm *comm);
+
 #endif /* HCCL_SHRINK_H */
