@@ -59,6 +59,16 @@ comm_init)
     has "^\[0\]: comm_init: InitFromEnv, InitRank \(unique id\), InitGroup and 2 DP x 2 TP split checked$"
     has "^\[3\]: rank 3: world 3/4, TP group 1 \(rank 1 of 2\), DP group 1 \(rank 1 of 2\)$"
     ;;
+elastic_training | elastic_training_tcp)
+    # Rank 2 of 4 dies at step 20: the launcher reports it, the three others shrink and finish.
+    [ "$case" = elastic_training_tcp ] && export HCCL_LINKS=tcp
+    HCCL_RUN_GRACE_S=60 launch 4 "$dir/elastic_training" --steps 40 --kill-rank 2 --kill-step 20
+    [ "$rc" -ne 124 ] || fail "the job hit its time bound"
+    has "rank 2 .*killed by signal 9"
+    has "^\[0\]: elastic_training: rank 2 died at step 20; 4 -> 3 ranks, shrunk in [0-9.]+ ms; 40 steps$"
+    has "^\[0\]: elastic_training: PASS: weights of 4096 doubles match the reference on all 3 ranks$"
+    [ "$(count 'step 20 failed: remote error')" -eq 3 ] || fail "want 3 survivors reporting the failed step"
+    ;;
 overlap_training)
     launch 2 "$dir/overlap_training" --iters 2 --width 256
     passed
