@@ -11,7 +11,8 @@
  * without it. --disagree: the last survivor also excludes the first one; every
  * survivor must get hcclInvalidUsage naming both lists. Each survivor prints
  * "survivor ok" at the end; the rank 0 of the last communicator prints the
- * shrink times.
+ * shrink times (the slowest survivor's, from the call to its return), which
+ * bench/shrink.sh collects.
  */
 #include <signal.h>
 #include <stdbool.h>
@@ -177,6 +178,7 @@ int main(int argc, char **argv)
     nm = survivors(members, n, excl, nexcl);
     if (check_collectives(sub, g_rank, members))
         return 1;
+    CHECK(hcclAllReduce(&t_shrink, &t_shrink, 1, hcclFloat64, hcclMax, sub)); /* the slowest survivor */
     if (kill2 >= 0) {
         int me, q = -1;
         CHECK(hcclCommUserRank(sub, &me));
@@ -193,6 +195,7 @@ int main(int argc, char **argv)
         nm = survivors(members, nm, &q, 1);
         if (check_collectives(sub2, g_rank, members))
             return 1;
+        CHECK(hcclAllReduce(&t_shrink2, &t_shrink2, 1, hcclFloat64, hcclMax, sub2));
     }
     {
         int me;
