@@ -7,8 +7,14 @@
  * every rank holds. At step --kill-step, rank --kill-rank dies (SIGKILL, as an OOM killer or
  * a lost node would). The survivors' AllReduce fails with hcclRemoteError; they shrink the
  * communicator past the dead rank (hcclCommShrink: no new rendezvous, the bootstrap root may
- * be the dead one), abort the old one and redo the failed step on the new one. Who died comes
+ * be the dead one), abort the old one and go on from the step they agree on. Who died comes
  * from --kill-rank here; in a real job it comes from the job's agent (torchrun's, Slurm's).
+ *
+ * Survivors need not fail at the same step: a rank whose AllReduce had all its data before
+ * the death finishes that step and fails at the next. No rank can be more than one step
+ * ahead (a step needs every rank's data), so each keeps the weights from before its last
+ * update; on the new communicator they take the earliest failed step, and those that had
+ * finished it undo it.
  *
  * The gradients are whole numbers, so the sums are exact: at the end every survivor checks
  * its weights against the ones it computes alone, knowing who took part in which step, and
@@ -83,12 +89,12 @@ int main(int argc, char **argv)
     }
     size = world_size;
 
-    double *w = calloc(dim, sizeof(double)), *g = calloc(dim, sizeof(double)),
-           *ref = calloc(dim, sizeof(double));
+    double *w = calloc(dim, sizeof(double)), *w_prev = calloc(dim, sizeof(double));
+    double *g = calloc(dim, sizeof(double)), *ref = calloc(dim, sizeof(double));
     int failed_step = -1;
     double shrink_ms = 0;
 
-    if (!w || !g || !ref)
+    if (!w || !w_prev || !g || !ref)
         return 1;
     for (int s = 0; s < steps; s++) {
         gradient(g, dim, world_rank, s);
@@ -118,10 +124,15 @@ int main(int argc, char **argv)
             CHECK(hcclCommAbort(comm));
             comm = shrunk;
             CHECK(hcclCommCount(comm, &size));
+            /* Where to go on from: the earliest step that failed on a survivor. */
             failed_step = s;
-            s--; /* the failed step again, without the dead rank */
+            CHECK(hcclAllReduce(&failed_step, &failed_step, 1, hcclInt32, hcclMin, comm));
+            if (failed_step < s)
+                memcpy(w, w_prev, dim * sizeof(double)); /* undo the step the others redo */
+            s = failed_step - 1;
             continue;
         }
+        memcpy(w_prev, w, dim * sizeof(double));
         for (size_t i = 0; i < dim; i++)
             w[i] += g[i];
     }
@@ -146,8 +157,8 @@ int main(int argc, char **argv)
     if (rank == 0) {
         if (failed_step >= 0)
             printf("elastic_training: rank %d died at step %d; %d -> %d ranks, shrunk in %.1f ms; "
-                   "%d steps\n",
-                   kill_rank, failed_step, world_size, size, shrink_ms, steps);
+                   "went on from step %d; %d steps\n",
+                   kill_rank, kill_step, world_size, size, shrink_ms, failed_step, steps);
         else
             printf("elastic_training: %d ranks, no failure; %d steps\n", size, steps);
         printf("elastic_training: %s: weights of %zu doubles %s the reference on all %d ranks\n",
@@ -155,6 +166,7 @@ int main(int argc, char **argv)
     }
     CHECK(hcclCommDestroy(comm));
     free(w);
+    free(w_prev);
     free(g);
     free(ref);
     return bad ? 1 : 0;

@@ -65,9 +65,10 @@ elastic_training | elastic_training_tcp)
     HCCL_RUN_GRACE_S=60 launch 4 "$dir/elastic_training" --steps 40 --kill-rank 2 --kill-step 20
     [ "$rc" -ne 124 ] || fail "the job hit its time bound"
     has "rank 2 .*killed by signal 9"
-    has "^\[0\]: elastic_training: rank 2 died at step 20; 4 -> 3 ranks, shrunk in [0-9.]+ ms; 40 steps$"
+    # A survivor may finish step 19 and fail at 20, or fail at 19 (its data from rank 2 lost).
+    has "^\[0\]: elastic_training: rank 2 died at step 20; 4 -> 3 ranks, shrunk in [0-9.]+ ms; went on from step (19|20); 40 steps$"
     has "^\[0\]: elastic_training: PASS: weights of 4096 doubles match the reference on all 3 ranks$"
-    [ "$(count 'step 20 failed: remote error')" -eq 3 ] || fail "want 3 survivors reporting the failed step"
+    [ "$(count 'step (19|20) failed: remote error')" -eq 3 ] || fail "want 3 survivors reporting the failed step"
     ;;
 overlap_training)
     launch 2 "$dir/overlap_training" --iters 2 --width 256

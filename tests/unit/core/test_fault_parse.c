@@ -40,13 +40,16 @@ static void test_points_of_life(void **state)
     hccl_fault_set_t set;
 
     (void)state;
-    hccl_fault_parse("kill:rank=1,at=init;kill:rank=1,at=idle,seq=4;kill:rank=3,at=destroy", &set);
-    assert_int_equal(set.n, 3);
+    hccl_fault_parse("kill:rank=1,at=init;kill:rank=1,at=idle,seq=4;kill:rank=3,at=destroy;"
+                     "kill:rank=2,at=shrink",
+                     &set);
+    assert_int_equal(set.n, 4);
     assert_int_equal(set.f[0].at, HCCL_FAULT_AT_INIT);
     assert_int_equal(set.f[1].at, HCCL_FAULT_AT_IDLE);
     assert_int_equal(set.f[1].seq, 4);
     assert_int_equal(set.f[2].at, HCCL_FAULT_AT_DESTROY);
     assert_int_equal(set.f[2].rank, 3);
+    assert_int_equal(set.f[3].at, HCCL_FAULT_AT_SHRINK);
 }
 
 static void test_close_and_delay(void **state)

@@ -238,22 +238,24 @@ static void test_shrink_without_rank0(void **state)
     }
 }
 
-static void test_shrink_disagree(void **state)
+/* Rank 4 leaves; ranks 0 to 3 exclude 4, but rank 3 passes odd[nodd]: all four must get
+ * hcclInvalidUsage with want in the text. */
+static void run_disagree(const int *odd, int nodd, const char *want)
 {
     rank_arg_t a[N];
     pthread_t th[N];
     hcclUniqueId id;
 
-    (void)state;
-    /* Rank 4 leaves; ranks 0, 1, 2 exclude 4, rank 3 excludes 2 and 4 although rank 2 stays. */
     assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
     for (int r = 0; r < N; r++) {
         memset(&a[r], 0, sizeof(a[r]));
         a[r].id = id;
         a[r].rank = r;
-        a[r].nexcl = r == 3 ? 2 : 1;
-        a[r].excl[0] = r == 3 ? 2 : 4;
-        a[r].excl[1] = 4;
+        a[r].nexcl = r == 3 ? nodd : 1;
+        if (r == 3)
+            memcpy(a[r].excl, odd, (size_t)nodd * sizeof(int));
+        else
+            a[r].excl[0] = 4;
         a[r].nexcl2 = -1;
     }
     for (int r = 0; r < N; r++)
@@ -262,8 +264,22 @@ static void test_shrink_disagree(void **state)
         pthread_join(th[r], NULL);
     for (int r = 0; r < 4; r++) {
         assert_int_equal(a[r].res, hcclInvalidUsage);
-        assert_non_null(strstr(a[r].err, "rank 0 excludes 4, rank 3 excludes 2,4"));
+        assert_non_null(strstr(a[r].err, want));
     }
+}
+
+static void test_shrink_disagree(void **state)
+{
+    (void)state;
+    /* Rank 3 also excludes rank 2, which stays: the leader (rank 0) sees it in rank 3's hello. */
+    run_disagree((int[]){2, 4}, 2, "rank 0 excludes 4, rank 3 excludes 2,4");
+}
+
+static void test_shrink_disagree_on_leader(void **state)
+{
+    (void)state;
+    /* Rank 3 excludes rank 0 too, so it takes rank 1 for the leader: rank 1 tells it, and rank 0. */
+    run_disagree((int[]){0, 4}, 2, "rank 1 excludes 4, rank 3 excludes 0,4");
 }
 
 /* The checks at the boundary, on a communicator of one rank; it shrinks by nothing to one. */
@@ -304,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_shrink_healthy),
         cmocka_unit_test(test_shrink_without_rank0),
         cmocka_unit_test(test_shrink_disagree),
+        cmocka_unit_test(test_shrink_disagree_on_leader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
