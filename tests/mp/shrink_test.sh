@@ -18,6 +18,10 @@ if [ "$ok" -ne "$want" ]; then
   echo "FAIL: $ok of $want survivors finished"
   exit 1
 fi
+if grep -qE "exited with status [1-9]|Sanitizer|runtime error" <<<"$out"; then
+  echo "FAIL: a survivor did not exit cleanly"
+  exit 1
+fi
 killed=$(grep -c "killed by signal 9" <<<"$out")
 if [ "$killed" -ne $((n - want)) ]; then
   echo "FAIL: the launcher reported $killed ranks killed, not $((n - want))"

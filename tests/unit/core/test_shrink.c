@@ -193,7 +193,8 @@ static void run(rank_arg_t *a, const int *excl, int nexcl, const int *excl2, int
         a[r].rank = r;
         memcpy(a[r].excl, excl, (size_t)nexcl * sizeof(int));
         a[r].nexcl = nexcl;
-        memcpy(a[r].excl2, excl2, (size_t)(nexcl2 > 0 ? nexcl2 : 0) * sizeof(int));
+        if (nexcl2 > 0)
+            memcpy(a[r].excl2, excl2, (size_t)nexcl2 * sizeof(int));
         a[r].nexcl2 = nexcl2;
     }
     for (int r = 0; r < N; r++)
