@@ -40,6 +40,7 @@ bool hccl_shrink_keep_early(const hccl_shrink_t *sh, int fd)
     int64_t until = hccl_now_ms() + HCCL_SHRINK_HELLO_WAIT_MS;
     struct hccl_shrink_early *e, **tail;
     uint32_t magic, gen;
+    uint64_t comm_id;
     ssize_t n;
 
     /* Peeked, not read: the hello stays whole for the shrink that takes it. Its head comes in
@@ -50,8 +51,14 @@ bool hccl_shrink_keep_early(const hccl_shrink_t *sh, int fd)
         poll(NULL, 0, n > 0 ? 1 : 10);
     }
     memcpy(&magic, head + offsetof(hccl_shrink_hello_t, magic), sizeof(magic));
+    memcpy(&comm_id, head + offsetof(hccl_shrink_hello_t, comm_id), sizeof(comm_id));
     memcpy(&gen, head + offsetof(hccl_shrink_hello_t, gen), sizeof(gen));
-    if (magic != HCCL_SHRINK_HELLO_MAGIC || gen <= sh->gen || !(e = hccl_calloc(1, sizeof(*e))))
+    /* Only this communicator's survivors, at most one kept connection per rank: a stranger
+     * cannot make us hold its sockets. */
+    if (!hccl_secret_equal(head + offsetof(hccl_shrink_hello_t, secret), p->env.secret,
+                           HCCL_SECRET_BYTES) ||
+        magic != HCCL_SHRINK_HELLO_MAGIC || comm_id != p->env.comm_id || gen <= sh->gen ||
+        early_count(p) >= p->nranks || !(e = hccl_calloc(1, sizeof(*e))))
         return false;
     e->fd = fd; /* the communicator owns it */
     for (tail = &p->shrink_early; *tail; tail = &(*tail)->next)
