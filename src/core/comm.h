@@ -129,6 +129,8 @@ struct hcclComm {
     int ctl_fd;                      /* owned: control listener for hcclCommShrink, -1: none */
     atomic_uint shrink_gen;          /* hcclCommShrink calls on this communicator so far */
     struct hccl_shrink_early *shrink_early; /* owned: connections for a later shrink (shrink.h) */
+    hcclResult_t shrink_failure_res;        /* the last failed shrink this rank led, and why */
+    char shrink_failure[512];
     /* outstanding requests, for destroy */
     pthread_mutex_t mtx;
     pthread_cond_t cond;

@@ -104,6 +104,14 @@ static bool rank_exited(const struct hcclComm *parent, int r)
 
 /* ---- the leader ---- */
 
+/* The cause of a failed attempt, for the survivors that come after it ended. */
+static void shrink_record(struct hcclComm *p, hcclResult_t res, const char *msg)
+{
+    p->shrink_failure_res = res;
+    snprintf(p->shrink_failure, sizeof(p->shrink_failure), "%.*s",
+             (int)sizeof(p->shrink_failure) - 1, msg);
+}
+
 void hccl_shrink_send_error(int fd, hcclResult_t status, const char *msg)
 {
     size_t len = strnlen(msg, HCCL_BS_MAX_MSG);
@@ -176,9 +184,13 @@ static hcclResult_t take_hello(const hccl_shrink_t *sh, int fd, const char *conf
     if (!hccl_shrink_read_hello(sh, fd, &h, &list))
         goto drop;
     if (h.gen < sh->gen) {
-        hccl_shrink_send_error(fd, hcclRemoteError,
-                               "hcclCommShrink: this attempt's leader had already "
-                               "given it up (an earlier failure); call hcclCommShrink again");
+        /* A survivor late for a failed attempt: it gets that attempt's cause. */
+        if (p->shrink_failure[0])
+            hccl_shrink_send_error(fd, p->shrink_failure_res, p->shrink_failure);
+        else
+            hccl_shrink_send_error(fd, hcclRemoteError,
+                                   "hcclCommShrink: this attempt's leader had already given it up; "
+                                   "call hcclCommShrink again");
         goto drop;
     }
     if (h.status != hcclSuccess) {
@@ -368,7 +380,8 @@ static void lead_fail(const hccl_shrink_t *sh, int *fds, hcclResult_t res, const
             if (hccl_shrink_keep_early(sh, fd))
                 continue;
             if (hccl_shrink_read_hello(sh, fd, &h, &list)) {
-                if (h.gen == sh->gen && sh->new_of[h.rank] >= 0 &&
+                /* The gone rank's hello may still be in its connection: not one we wait for. */
+                if (h.gen == sh->gen && h.rank != gone && sh->new_of[h.rank] >= 0 &&
                     fds[sh->new_of[h.rank]] != FD_ANSWERED) {
                     fds[sh->new_of[h.rank]] = FD_ANSWERED;
                     left--;
@@ -448,6 +461,7 @@ hcclResult_t hccl_shrink_lead(hccl_shrink_t *sh, const hccl_card_t *card, const 
         res = hcclSystemError;
     }
     if (res != hcclSuccess) {
+        shrink_record(p, res, msg);
         lead_fail(sh, fds, res, msg, gone, res == hcclTimeout ? 0 : SHRINK_LINGER_MS);
         hccl_free(fds);
         hccl_free(cards);
@@ -461,6 +475,7 @@ hcclResult_t hccl_shrink_lead(hccl_shrink_t *sh, const hccl_card_t *card, const 
             hccl_socket_send_all(fds[i], cards, (size_t)sh->size * sizeof(*cards), deadline_ms);
     res = lead_confirm(sh, fds, deadline_ms, msg, sizeof(msg), &gone);
     if (res != hcclSuccess) {
+        shrink_record(p, res, msg);
         lead_fail(sh, fds, res, msg, gone, 0);
         hccl_free(fds);
         hccl_free(cards);
