@@ -202,8 +202,10 @@ static void follow_answer_stray(hccl_shrink_t *sh, int lfd, int64_t deadline_ms)
                              "hcclCommShrink: rank %d takes rank %d for its leader, which "
                              "rank %d is not",
                              h.rank, p->rank, p->rank);
-                hccl_shrink_send_error(fd, hcclInvalidUsage, why);
+                /* The leader first: the stray leaves once told, and its exit must not reach
+                 * the leader before the cause does. */
                 hccl_shrink_send_hello(sh, lfd, NULL, NULL, hcclInvalidUsage, why, deadline_ms);
+                hccl_shrink_send_error(fd, hcclInvalidUsage, why);
             }
             hccl_free(list);
             list = NULL;

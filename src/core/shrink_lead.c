@@ -321,6 +321,14 @@ static hcclResult_t lead_collect(const hccl_shrink_t *sh, const char *config, in
         for (int r = 0; r < p->nranks && res == hcclSuccess; r++) {
             if (r != p->rank && sh->new_of[r] >= 0 && fds[sh->new_of[r]] == -1 &&
                 rank_exited(p, r)) {
+                /* What the survivors said before it went is its cause (a rank told that it
+                 * disagrees leaves): their input first, then the exit. */
+                if (poll(pf + 1, (nfds_t)(np - 1), 0) > 0)
+                    for (int i = 1; i < np && res == hcclSuccess; i++)
+                        if (pf[i].revents)
+                            res = lead_on_input(sh, fds, who[i], msg, len, gone_p);
+                if (res != hcclSuccess)
+                    break;
                 snprintf(msg, len, "hcclCommShrink: rank %d (pid %u) exited during the shrink", r,
                          p->cards[r].pid);
                 *gone_p = r;
