@@ -143,8 +143,8 @@ struct hcclComm {
  */
 typedef struct hccl_comm_join {
     /* Sends our card (config: the settings that must agree) and fills out, by deadline_ms. */
-    hcclResult_t (*join)(void *arg, const hccl_card_t *card, const char *config, int64_t deadline_ms,
-                         hccl_bootstrap_result_t *out);
+    hcclResult_t (*join)(void *arg, const hccl_card_t *card, const char *config,
+                         int64_t deadline_ms, hccl_bootstrap_result_t *out);
     /* This rank failed before it joined (why: the text): tell the others. */
     void (*report)(void *arg, hcclResult_t status, const char *why);
     /* The links are up: sets the tuner's constants of comm (in place of the calibration). */
@@ -152,8 +152,8 @@ typedef struct hccl_comm_join {
     void *arg;
 } hccl_comm_join_t;
 /* Creates a communicator whose rank table comes through join (comm_init.c). */
-hcclResult_t hccl_comm_create(struct hcclComm **comm_p, int nranks, int rank, const hcclConfig_t *config,
-                              const hccl_comm_join_t *join);
+hcclResult_t hccl_comm_create(struct hcclComm **comm_p, int nranks, int rank,
+                              const hcclConfig_t *config, const hccl_comm_join_t *join);
 /* shrink.c: opens comm's control listener and writes its address into card (none: a WARN). */
 void hccl_shrink_listen(struct hcclComm *comm, hccl_card_t *card);
 /* shrink.c: closes it. */

@@ -178,7 +178,8 @@ int main(int argc, char **argv)
     nm = survivors(members, n, excl, nexcl);
     if (check_collectives(sub, g_rank, members))
         return 1;
-    CHECK(hcclAllReduce(&t_shrink, &t_shrink, 1, hcclFloat64, hcclMax, sub)); /* the slowest survivor */
+    /* The slowest survivor's time. */
+    CHECK(hcclAllReduce(&t_shrink, &t_shrink, 1, hcclFloat64, hcclMax, sub));
     if (kill2 >= 0) {
         int me, q = -1;
         CHECK(hcclCommUserRank(sub, &me));

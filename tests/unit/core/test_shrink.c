@@ -279,7 +279,7 @@ static void test_shrink_disagree(void **state)
 static void test_shrink_disagree_on_leader(void **state)
 {
     (void)state;
-    /* Rank 3 excludes rank 0 too, so it takes rank 1 for the leader: rank 1 tells it, and rank 0. */
+    /* Rank 3 also excludes rank 0, so takes rank 1 for the leader, which tells it and rank 0. */
     run_disagree((int[]){0, 4}, 2, "rank 1 excludes 4, rank 3 excludes 0,4");
 }
 
