@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The soak: for MINUTES, job after job of random collectives, sizes, dtypes, ops, algorithms
-# and communicators (split ones), at 2 to 8 ranks over shm, tcp and two network-namespace
+# and communicators (split ones, and shrunk ones after a rank is killed), at 2 to 8 ranks over shm, tcp and two network-namespace
 # hosts, with an HCCL_FAULT injected into about half of the jobs; every result and every error
 # is checked (tests/mp/mp_soak.c). Prints the collectives run, faults injected, wrong results,
 # hangs, unexpected errors, the survivors whose error is the fault's own code, and what the
@@ -43,6 +43,7 @@ else
 fi
 
 jobs=0 colls=0 injected=0 wrong=0 hangs=0 unexpected=0 leaks=0 survivors=0 cause_kept=0
+shrinks=0 shrinks_failed=0
 rss_max=0
 declare -A per_transport=()
 fail_log=""
@@ -61,7 +62,9 @@ while [ "$SECONDS" -lt "$deadline" ]; do
     transport=shm
     case $(pick 4) in 1) transport=tcp ;; 2) [ "$hosts" -eq 2 ] && transport=hosts ;; esac
     if [ "$transport" = hosts ]; then n=$((2 * (1 + $(pick 4)))); else n=$((2 + $(pick 7))); fi
-    envs=(HCCL_CONNECT_TIMEOUT=30 HCCL_RUN_GRACE_S=10)
+    # A short connect timeout: a bootstrap root that waits for a killed rank gives up soon
+    # (the ranks count what is left after it, tests/mp/mp_soak.c).
+    envs=(HCCL_CONNECT_TIMEOUT=8 HCCL_RUN_GRACE_S=30)
     [ "$transport" = tcp ] && envs+=(HCCL_LINKS=tcp)
     [ "$(pick 2)" -eq 0 ] && envs+=(HCCL_ALGO="${ALGOS[$(pick ${#ALGOS[@]})]}")
     fault="" want=""
@@ -73,7 +76,14 @@ while [ "$SECONDS" -lt "$deadline" ]; do
     3) fault="delay:rank=$victim,ms=4000,seq=$seq" want=hcclTimeout
        envs+=(HCCL_EXEC_TIMEOUT=1) ;;
     esac
-    args=(--seed "$seed" --iters "$iters" --split-every "$split")
+    args=(--seed "$seed" --iters "$iters")
+    # Half of the kills: the survivors shrink the dead rank out and go on (on the world
+    # communicator only, where the fault's rank is the world rank).
+    if [ "${fault%%:*}" = kill ] && [ "$(pick 2)" -eq 0 ] && [ "$n" -gt 2 ]; then
+        args+=(--split-every 0 --shrink-out "$victim")
+    else
+        args+=(--split-every "$split")
+    fi
     if [ -n "$fault" ]; then
         # Faults count collectives from the first: no start-up calibration before it.
         envs+=(HCCL_FAULT="$fault" HCCL_CALIBRATE=0)
@@ -132,8 +142,14 @@ while [ "$SECONDS" -lt "$deadline" ]; do
             note "NO VERDICT from rank $r, $what"
             continue
         fi
-        read -r _ _ _ verdict _ _ code _ fd0 fd1 _ th0 th1 _ _ rss1 _ <<<"$line"
+        read -r _ _ _ verdict _ _ code _ fd0 fd1 _ th0 th1 _ _ rss1 _ shr _ <<<"$line"
         [ "${rss1:-0}" -gt "$rss_max" ] && rss_max=$rss1
+        case $shr in
+        ok) shrinks=$((shrinks + 1)) ;;
+        FAILED)
+            shrinks_failed=$((shrinks_failed + 1))
+            note "SHRINK FAILED rank $r, $what: $(grep -m1 "SOAK shrink\|SOAK after" "$err")" ;;
+        esac
         if [ "$fd0" != "$fd1" ] || [ "$th0" != "$th1" ]; then
             leaks=$((leaks + 1))
             note "LEAK rank $r fds $fd0->$fd1 threads $th0->$th1, $what"
@@ -164,9 +180,11 @@ echo "soak: $minutes min, $jobs jobs (${transports%, }), $colls collectives chec
 echo "  faults injected (fired): $injected"
 echo "  wrong results: $wrong   hangs: $hangs   errors without a fault or missing verdicts: $unexpected"
 echo "  survivors of a fault whose error is the fault's code: $cause_kept of $survivors"
+echo "  survivors that shrank a killed rank out and went on: $shrinks (failed: $shrinks_failed)"
 echo "  ranks whose fds or threads after destroy/abort differ from before init: $leaks"
 echo "  largest rank RSS at exit: $rss_max KiB"
 echo "  /dev/shm hccl segments: $shm0 before, $shm1 after; mp_soak processes: $procs0 before, $procs1 after"
 [ -n "$fail_log" ] && printf '%s' "$fail_log"
 [ "$wrong" -eq 0 ] && [ "$hangs" -eq 0 ] && [ "$unexpected" -eq 0 ] && [ "$leaks" -eq 0 ] &&
+    [ "$shrinks_failed" -eq 0 ] &&
     [ "$shm1" -le "$shm0" ] && [ "$procs1" -le "$procs0" ]

@@ -3,14 +3,17 @@
  * dtypes, ops, roots, blocking or several in flight, on the world communicator and on split
  * ones, every result checked element by element.
  *
- *   mp_soak --seed S --iters N [--fault] [--split-every K]
+ *   mp_soak --seed S --iters N [--fault] [--split-every K] [--shrink-out R]
  *
  * Every rank draws the same choices from the same seed; each rank's data is a function of
  * (rank, collective, element), so each rank computes what it must receive on its own. Small
  * integer values keep every dtype and op exact (avg within the rounding of its division).
  * With --fault the script injected an HCCL_FAULT: a call may then fail, after which the rank
- * aborts its communicator and ends. The last line of each rank is its verdict:
+ * aborts its communicator and ends; with --shrink-out R (the script killed rank R) the others
+ * first shrink it out (hcclCommShrink) and run more collectives on the new communicator. The
+ * last line of each rank is its verdict:
  *   SOAK rank R ok|error|wrong colls C faultless|CODE fds A B threads A B rss_kib A B
+ *        shrink none|ok|FAILED
  * (A before the communicator was made, B after it was destroyed) followed by the message of
  * the first error. The exit status is 0 unless a result was wrong or an error came without
  * --fault.
@@ -336,11 +339,43 @@ static int run_split(struct soak *s, hcclComm_t comm, int rank, int nranks)
     return 0;
 }
 
+/* After rank out died: the survivors shrink it out and go on with collectives on the new
+ * communicator, from a point every survivor agrees on (they failed at different ones). */
+static int run_shrunk(struct soak *s, hcclComm_t comm, int out, long iters)
+{
+    hcclComm_t nc = NULL;
+    hcclResult_t res = hcclCommShrink(comm, &out, 1, NULL, &nc);
+    struct soak after = *s;
+    int rank, nranks, rc = 0;
+
+    if (res != hcclSuccess) {
+        fprintf(stderr, "SOAK shrink failed: %s: %s\n", soak_result_name(res),
+                hcclGetLastError(comm));
+        return -1;
+    }
+    hcclCommUserRank(nc, &rank);
+    hcclCommCount(nc, &nranks);
+    after.rng = 0x2545f4914f6cdd1dull ^ (uint64_t)iters;
+    after.colls = 1000000;
+    after.err = hcclSuccess;
+    for (long it = 0; it < 10 && rc == 0; it++)
+        rc = run_batch(&after, nc, rank, nranks, "shrunk");
+    s->ran = after.ran;
+    s->wrong = after.wrong;
+    if (rc != 0) {
+        fprintf(stderr, "SOAK after the shrink: %s\n", after.msg);
+        (void)hcclCommAbort(nc);
+        return -1;
+    }
+    return hcclCommDestroy(nc) == hcclSuccess ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     struct soak s = {.rng = 1};
     long iters = 100, split_every = 25;
-    int rank = -1, nranks = 0, rc = 0, fds0, thr0, fds1, thr1;
+    int rank = -1, nranks = 0, rc = 0, fds0, thr0, fds1, thr1, shrink_out = -1;
+    const char *shrink = "none";
     long rss0, rss1;
     hcclComm_t comm = NULL;
     hcclResult_t res;
@@ -354,8 +389,11 @@ int main(int argc, char **argv)
             split_every = atol(argv[++i]);
         else if (!strcmp(argv[i], "--fault"))
             s.fault = 1;
+        else if (!strcmp(argv[i], "--shrink-out") && i + 1 < argc)
+            shrink_out = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mp_soak --seed S --iters N [--fault] [--split-every K]\n");
+            fprintf(stderr, "usage: mp_soak --seed S --iters N [--fault] [--split-every K] "
+                            "[--shrink-out R]\n");
             return 2;
         }
     }
@@ -370,6 +408,9 @@ int main(int argc, char **argv)
     } else {
         hcclCommUserRank(comm, &rank);
         hcclCommCount(comm, &nranks);
+        /* The fault is the world communicator's: split and shrunk ones, which read the variable
+         * again when they are made, must not fire it at whoever has that rank there. */
+        unsetenv("HCCL_FAULT");
         for (long it = 0; it < iters; it++) {
             int r;
 
@@ -386,15 +427,18 @@ int main(int argc, char **argv)
             hcclResult_t async = hcclSuccess;
 
             (void)hcclCommGetAsyncError(comm, &async);
+            if (shrink_out >= 0 && shrink_out != rank)
+                shrink = run_shrunk(&s, comm, shrink_out, iters) == 0 ? "ok" : "FAILED";
             (void)hcclCommAbort(comm);
         } else if (hcclCommDestroy(comm) != hcclSuccess) {
             s.err = hcclInternalError;
             snprintf(s.msg, sizeof(s.msg), "destroy failed");
         }
     }
-    /* After a failure, the bootstrap root (rank 0) keeps its listener a moment (up to a second)
-     * to tell late ranks the cause: what is left is counted once that has passed. */
-    for (int i = 0; i < 40; i++) {
+    /* After a failure, a bootstrap root (rank 0, or a split's first rank) keeps its listener to
+     * tell late ranks the cause, up to the connect timeout when a rank that was to come died:
+     * what is left is counted once that may have passed (the soak sets a short one). */
+    for (int i = 0; i < 240; i++) {
         struct timespec tick = {0, 50 * 1000 * 1000};
 
         fds1 = count_dir("/proc/self/fd");
@@ -408,14 +452,16 @@ int main(int argc, char **argv)
         const char *env = getenv("RANK");
         rank = env ? atoi(env) : -1;
     }
-    printf("SOAK rank %d %s colls %ld %s fds %d %d threads %d %d rss_kib %ld %ld%s%s\n", rank,
+    printf("SOAK rank %d %s colls %ld %s fds %d %d threads %d %d rss_kib %ld %ld shrink %s%s%s\n",
+           rank,
            s.wrong                ? "wrong"
            : s.err != hcclSuccess ? "error"
                                   : "ok",
            s.ran, s.err != hcclSuccess ? soak_result_name(s.err) : "faultless", fds0, fds1, thr0,
-           thr1, rss0, rss1, s.err != hcclSuccess ? " :: " : "", s.err != hcclSuccess ? s.msg : "");
+           thr1, rss0, rss1, shrink, s.err != hcclSuccess ? " :: " : "",
+           s.err != hcclSuccess ? s.msg : "");
     fflush(stdout);
-    if (s.wrong || (s.err != hcclSuccess && !s.fault))
+    if (s.wrong || (s.err != hcclSuccess && !s.fault) || !strcmp(shrink, "FAILED"))
         rc = 1;
     return rc;
 }
