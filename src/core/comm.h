@@ -172,6 +172,12 @@ hcclResult_t hccl_comm_cause_init(struct hcclComm *comm);
 void hccl_comm_cause_fini(struct hcclComm *comm);
 /* Reactor thread: req passed the exec timeout (msg: what this rank saw). */
 void hccl_comm_fail_timeout(struct hcclComm *comm, const struct hcclRequest *req, const char *msg);
+/*
+ * Reactor thread: a failure every rank sees alike without the communicator failing (an
+ * HCCL_CHECK mismatch): its text as every rank reports it into buf, noted for an abort.
+ */
+void hccl_comm_cause_note(struct hcclComm *comm, hcclResult_t res, int origin, const char *text,
+                          char *buf, size_t len);
 /* Reactor thread: hcclCommAbort; the peers hear the first cause, our requests get hcclAborted. */
 void hccl_comm_cause_abort(struct hcclComm *comm);
 /*

@@ -23,7 +23,10 @@
 #define HCCL_CAUSE_SETTLE_MS 50
 
 struct hccl_cause_state {
-    hccl_cause_t cause;        /* merged so far; kind NONE: none */
+    hccl_cause_t cause; /* merged so far; kind NONE: none */
+    /* The first request that failed on its own while the communicator stayed sound (a
+     * mismatch every rank saw, say): what an abort passes on if nothing else failed. */
+    hccl_cause_t noted;
     bool final;                /* settled: the communicator has failed with it */
     bool aborting;             /* hcclCommAbort: this rank's requests end hcclAborted */
     hccl_timer_t *timer;       /* the settle window */
@@ -217,12 +220,26 @@ void hccl_comm_fail_timeout(struct hcclComm *comm, const struct hcclRequest *req
     cause_raise(comm, &c, true);
 }
 
+void hccl_comm_cause_note(struct hcclComm *comm, hcclResult_t res, int origin, const char *text,
+                          char *buf, size_t len)
+{
+    hccl_cause_state_t *cs = comm->cause_state;
+    hccl_cause_t c;
+
+    hccl_cause_text(&c, res, origin, comm->nranks, text);
+    hccl_cause_render(&c, buf, len);
+    if (cs && cs->noted.kind == HCCL_CAUSE_NONE)
+        cs->noted = c;
+}
+
 void hccl_comm_cause_abort(struct hcclComm *comm)
 {
     hccl_cause_state_t *cs = comm->cause_state;
     char msg[sizeof(comm->async_msg) + 96];
 
     cs->aborting = true;
+    if (cs->cause.kind == HCCL_CAUSE_NONE && cs->noted.kind != HCCL_CAUSE_NONE)
+        cs->cause = cs->noted;
     if (cs->cause.kind == HCCL_CAUSE_NONE) {
         char text[96];
         snprintf(text, sizeof(text), "rank %d aborted its communicator (no failure before)",
@@ -261,12 +278,15 @@ bool hccl_comm_cause_hold(struct hcclComm *comm, struct hcclRequest *req, hcclRe
             *res_p = (hcclResult_t)cs->cause.code;
         return false;
     }
-    /* The first failure is this request's own, unless the communicator's error is already set:
-     * then a cause is on its way through the post queue, and this failure follows from it. */
-    if (cs->cause.kind == HCCL_CAUSE_NONE && atomic_load(&comm->async_error) == hcclSuccess)
-        hccl_comm_fail(comm, *res_p, buf[0] ? buf : hcclGetErrorString(*res_p));
-    if (cs->final)
-        return hccl_comm_cause_hold(comm, req, res_p, buf, len);
+    /* A request that failed on its own while the communicator is sound ends now (its rank may
+     * go on); it is noted for an abort to pass on. With the communicator's error set, a cause
+     * is on its way through the post queue: the request waits for it. */
+    if (cs->cause.kind == HCCL_CAUSE_NONE && atomic_load(&comm->async_error) == hcclSuccess) {
+        if (cs->noted.kind == HCCL_CAUSE_NONE)
+            hccl_cause_text(&cs->noted, *res_p, comm->rank, comm->nranks,
+                            buf[0] ? buf : hcclGetErrorString(*res_p));
+        return false;
+    }
     if (cs->nheld == cs->capheld) {
         int cap = cs->capheld ? 2 * cs->capheld : 8;
         struct hcclRequest **p = hccl_realloc(cs->held, (size_t)cap * sizeof(*p));
