@@ -6,9 +6,10 @@
 # time from the fault to each rank's error. The fault's moment: the kill; for a timeout, its
 # deadline (the first post of the collective + HCCL_EXEC_TIMEOUT), so the figure is the time
 # past it (the late rank itself is left out: it hears of it when it arrives); for a mismatch,
-# the last post of the collective; for an absent rank, the connect deadline (the first rank's
-# start + HCCL_CONNECT_TIMEOUT). Runs tests/mp/cause_test.sh,
-# REPEAT times per cell (default 3); raw lines and the table go to bench/results/.
+# the last post of the collective (a rank that posts after the cause has settled fails at
+# once). An absent rank is not timed: the connect deadline runs from the rendezvous' start. Runs tests/mp/cause_test.sh,
+# REPEAT times per cell (default 3); raw lines and the table go to bench/results/
+# (FAULT_MATRIX_RAW=FILE summarizes an earlier run's raw lines again).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -16,11 +17,13 @@ repeat=${2:-3}
 out_dir=$here/results
 mkdir -p "$out_dir"
 stamp=$(date +%Y%m%d-%H%M%S)
-raw=$out_dir/fault_matrix-$stamp.raw
-table=$out_dir/fault_matrix-$stamp.txt
-: >"$raw"
+raw=${FAULT_MATRIX_RAW:-$out_dir/fault_matrix-$stamp.raw}
+table=${raw%.raw}.txt
 
+# FAULT_MATRIX_RAW=FILE: summarize an earlier run's raw lines instead of running again.
+[ -n "${FAULT_MATRIX_RAW:-}" ] || : >"$raw"
 for link in shm tcp; do
+    [ -n "${FAULT_MATRIX_RAW:-}" ] && break
     for n in 2 4 8; do
         for ((i = 0; i < repeat; i++)); do
             CAUSE_OUT=$raw bash "$here/../tests/mp/cause_test.sh" "$build/tools/hccl-run" \
@@ -31,7 +34,7 @@ for link in shm tcp; do
 done
 
 # One run of a cell ends at its "end" line; its MARK lines give the fault's moment.
-awk -v exec_ms=1000 -v connect_ms=3000 '
+awk -v exec_ms=1000 '
 function field(k,   i) { for (i = 1; i <= NF; i++) if (index($i, k "=") == 1) return substr($i, length(k) + 2); return "" }
 function flush(   k, key, f, r, d) {
     for (k in ccase) {
@@ -40,7 +43,6 @@ function flush(   k, key, f, r, d) {
         if (ccase[k] == "kill") f = kill_t[k]
         else if (ccase[k] == "late") f = post_min[k] + exec_ms
         else if (ccase[k] ~ /^mismatch/) f = post_max[k]
-        else if (ccase[k] == "absent") f = init_min[k] + connect_ms
         cells[key] = 1
         for (r in rres) {
             split(r, a, SUBSEP); if (a[1] != k) continue
@@ -54,7 +56,7 @@ function flush(   k, key, f, r, d) {
         }
     }
     delete ccase; delete rres; delete rtext; delete rt; delete kill_t; delete post_min; delete post_max
-    delete init_min; delete majority; delete votes; delete best; delete cvictim
+    delete majority; delete votes; delete best; delete cvictim
 }
 / end$/ { flush(); next }
 {
@@ -65,7 +67,6 @@ function flush(   k, key, f, r, d) {
         w = field("what")
         if (w == "kill") kill_t[k] = t
         if (w == "post") { if (!(k in post_min) || t < post_min[k]) post_min[k] = t; if (t > post_max[k]) post_max[k] = t }
-        if (w == "init" && (!(k in init_min) || t < init_min[k])) init_min[k] = t
         next
     }
     rres[k, r] = field("res"); rt[k, r] = t
@@ -73,11 +74,12 @@ function flush(   k, key, f, r, d) {
     if (++votes[k, text] > best[k]) { best[k] = votes[k, text]; majority[k] = text }
 }
 END {
-    printf "%-5s %-3s %-10s %-22s %-16s %-14s\n", "link", "n", "fault", "root cause reported", "mean ms", "max ms"
+    printf "%-5s %-3s %-10s %-22s %-10s %-10s\n", "link", "n", "fault", "root cause reported", "mean ms", "max ms"
     for (key in cells) {
         split(key, a, " ")
-        printf "%-5s %-3s %-10s %5d of %-5d (%3.0f%%)  %-16.1f %-14.1f\n", a[1], a[2], a[3], ok_n[key], want_n[key],
-            want_n[key] ? 100 * ok_n[key] / want_n[key] : 0, cnt[key] ? sum[key] / cnt[key] : 0, max[key]
+        printf "%-5s %-3s %-10s %5d of %-5d (%3.0f%%)  %-10s %-10s\n", a[1], a[2], a[3], ok_n[key], want_n[key],
+            want_n[key] ? 100 * ok_n[key] / want_n[key] : 0,
+            cnt[key] ? sprintf("%.1f", sum[key] / cnt[key]) : "-", cnt[key] ? sprintf("%.1f", max[key]) : "-"
     }
 }' "$raw" | { IFS= read -r head; echo "$head"; sort -k1,1 -k2,2n -k3,3; } | tee "$table"
 echo "raw: $raw"
