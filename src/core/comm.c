@@ -45,6 +45,7 @@ void hccl_comm_free(struct hcclComm *comm, bool graceful)
     hccl_plan_cache_destroy(comm->plans);
     hccl_comm_cause_fini(comm); /* its timer is freed by the reactor's last posts */
     hccl_reactor_destroy(comm->reactor);
+    hccl_comm_cause_free(comm);
     hccl_free(comm->conns);
     hccl_free(comm->link_of);
     hccl_free(comm->node_of);

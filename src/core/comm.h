@@ -169,7 +169,9 @@ void hccl_comm_fail_now(struct hcclComm *comm, hcclResult_t res, const char *msg
 /* comm_cause.c: the root cause's state, set up with the links' callbacks (env.on_cause). */
 typedef struct hccl_cause_state hccl_cause_state_t;
 hcclResult_t hccl_comm_cause_init(struct hcclComm *comm);
+/* Before the reactor is destroyed (causes still queued are dropped), then after it. */
 void hccl_comm_cause_fini(struct hcclComm *comm);
+void hccl_comm_cause_free(struct hcclComm *comm);
 /* Reactor thread: req passed the exec timeout (msg: what this rank saw). */
 void hccl_comm_fail_timeout(struct hcclComm *comm, const struct hcclRequest *req, const char *msg);
 /*

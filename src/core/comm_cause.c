@@ -29,6 +29,7 @@ struct hccl_cause_state {
     hccl_cause_t noted;
     bool final;                /* settled: the communicator has failed with it */
     bool aborting;             /* hcclCommAbort: this rank's requests end hcclAborted */
+    bool closed;               /* being freed: causes still queued are dropped */
     hccl_timer_t *timer;       /* the settle window */
     struct hcclRequest **held; /* failed requests waiting for the settled cause */
     int nheld, capheld;
@@ -134,6 +135,10 @@ static void cause_on_post(hccl_post_t *post)
 {
     cause_post_t *p = (cause_post_t *)post;
 
+    if (p->comm->cause_state->closed) {
+        hccl_free(p); /* the reactor's last posts, with the links gone */
+        return;
+    }
     /* A LOST seen by this rank alone was built here; anything else came from a peer. */
     hccl_cause_t mine;
     hccl_cause_lost(&mine, p->cause.origin, p->comm->rank, p->comm->nranks);
@@ -180,7 +185,17 @@ void hccl_comm_cause_fini(struct hcclComm *comm)
 
     if (!cs)
         return;
+    cs->closed = true;
     hccl_timer_destroy(cs->timer);
+    cs->timer = NULL;
+}
+
+void hccl_comm_cause_free(struct hcclComm *comm)
+{
+    hccl_cause_state_t *cs = comm->cause_state;
+
+    if (!cs)
+        return;
     hccl_free(cs->held);
     hccl_free(cs);
     comm->cause_state = NULL;
