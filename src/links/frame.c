@@ -81,7 +81,8 @@ const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_
     case HCCL_FRAME_BYE:
         return f->len != 0 || f->addr != 0 ? "control frame with a length" : NULL;
     case HCCL_FRAME_CAUSE:
-        return f->len != sizeof(hccl_cause_t) || f->addr != 0 ? "cause frame of the wrong length" : NULL;
+        return f->len != sizeof(hccl_cause_t) || f->addr != 0 ? "cause frame of the wrong length"
+                                                              : NULL;
     default:
         return "unknown type";
     }

@@ -170,8 +170,8 @@ struct hccl_framer {
     uint64_t rx_uncredited; /* DATA bytes delivered and not credited to the sender yet */
     bool failed;
     hcclResult_t fail_res;
-    bool bye_sent; /* we are closing gracefully */
-    bool peer_bye; /* the peer is closing gracefully */
+    bool bye_sent;    /* we are closing gracefully */
+    bool peer_bye;    /* the peer is closing gracefully */
     bool peer_caused; /* the peer sent a cause: its EOF is its failure, not a death */
     bool rx_in_cause; /* the payload being read is a CAUSE frame's, into rx_cause */
     hccl_cause_t rx_cause;

@@ -153,8 +153,8 @@ static hcclResult_t framer_tx_frames(hccl_framer_t *s, bool *moved)
             iov[n++].iov_len = sizeof(s->tx_hdr) - s->tx_hdr_done;
         }
         if (s->tx_payload_done < payload) {
-            iov[n].iov_base =
-                (s->tx_ctl ? (char *)s->tx_ctl->cause : (char *)s->tx_cur->buf) + s->tx_payload_done;
+            iov[n].iov_base = (s->tx_ctl ? (char *)s->tx_ctl->cause : (char *)s->tx_cur->buf) +
+                              s->tx_payload_done;
             iov[n++].iov_len = payload - s->tx_payload_done;
         }
         if (n == 0) {
