@@ -153,7 +153,8 @@ static void root_on_hello(bs_root_t *rt, int fd, const bs_hello_t *h)
     if (rt->err == hcclSuccess && h->status != hcclSuccess) {
         char why[sizeof(h->errmsg) + 1];
         snprintf(why, sizeof(why), "%.*s", (int)sizeof(h->errmsg), h->errmsg);
-        snprintf(msg, sizeof(msg), "rank %d could not start: %s", h->rank, why);
+        snprintf(msg, sizeof(msg), "root cause at rank %d: rank %d could not start: %s", h->rank,
+                 h->rank, why);
         root_fail(rt, h->status > hcclSuccess && h->status < hcclNumResults ? (hcclResult_t)h->status
                                                                             : hcclRemoteError, msg);
     }
@@ -237,8 +238,16 @@ static void root_timeout(bs_root_t *rt)
     char msg[400];
     size_t o = 0;
 
-    o += (size_t)snprintf(msg, sizeof(msg), "%d of %d ranks joined before the connect timeout; "
-                          "missing ranks:", rt->joined, rt->expected);
+    int first = -1;
+
+    for (int r = 0; r < rt->expected && first < 0; r++)
+        if (rt->fds[r] < 0)
+            first = r;
+    /* The first missing rank is the origin, the same for every rank that hears it. */
+    o += (size_t)snprintf(msg, sizeof(msg),
+                          "root cause at rank %d: %d of %d ranks joined before the connect "
+                          "timeout; missing ranks:",
+                          first, rt->joined, rt->expected);
     for (int r = 0; r < rt->expected && o < sizeof(msg) - 16; r++)
         if (rt->fds[r] < 0)
             o += (size_t)snprintf(msg + o, sizeof(msg) - o, " %d", r);

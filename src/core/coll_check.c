@@ -42,7 +42,7 @@ static void coll_on_check_done(hccl_run_t *run, hcclResult_t res, const char *ms
     struct hcclRequest *req = arg;
     struct hcclComm *comm = req->owner;
     const coll_sig_t *table = (const coll_sig_t *)req->check + 1;
-    char text[768], a[160], b[160];
+    char text[768], full[1024], a[160], b[160];
 
     (void)run;
     req->run = NULL;
@@ -62,7 +62,10 @@ static void coll_on_check_done(hccl_run_t *run, hcclResult_t res, const char *ms
                  "rank %d called %s",
                  (unsigned long long)req->seq, a, r, b);
         HCCL_WARN("rank %d: %s", comm->rank, text);
-        hccl_coll_finish(comm, req, hcclInvalidUsage, text);
+        /* Every rank compares the same table: rank 0's call is the reference, so it is the
+         * origin everywhere, and an abort passes the mismatch on to ranks still comparing. */
+        hccl_comm_cause_note(comm, hcclInvalidUsage, 0, text, full, sizeof(full));
+        hccl_coll_finish(comm, req, hcclInvalidUsage, full);
         return;
     }
     hccl_coll_start(comm, req);

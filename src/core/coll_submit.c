@@ -9,10 +9,17 @@ void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult
                       const char *msg)
 {
     uint64_t seq = req->seq;
+    char text[1024];
 
     hccl_timer_destroy(req->timer);
     req->timer = NULL;
     req->run = NULL;
+    /* A failure reports the communicator's root cause, once it has settled (comm_cause.c). */
+    snprintf(text, sizeof(text), "%s", msg ? msg : "");
+    if (hccl_comm_cause_hold(comm, req, &res, text, sizeof(text)))
+        return;
+    if (res != hcclSuccess)
+        msg = text;
     hccl_request_complete(req, res, msg); /* req may be gone after this */
     if (comm->faults) {
         /* Before the count drops: once it is zero, a destroy may free comm. */
@@ -102,7 +109,7 @@ static void coll_on_timeout(void *arg)
             peers[0] ? "still waiting on ranks " : "it had not started (queued behind earlier ",
             peers, peers[0] ? " (shm lane)" : "shm lane operations)");
         HCCL_WARN("%s", msg);
-        hccl_comm_fail(comm, hcclTimeout, msg);
+        hccl_comm_fail_timeout(comm, req, msg);
         return;
     }
     if (req->run)
@@ -121,7 +128,7 @@ static void coll_on_timeout(void *arg)
              what, comm->params.exec_timeout_ms, waiting, peers,
              !posted && peers[0] ? " are blocked on earlier steps" : "");
     HCCL_WARN("%s", msg);
-    hccl_comm_fail(comm, hcclTimeout, msg);
+    hccl_comm_fail_timeout(comm, req, msg);
 }
 
 void hccl_comm_fail_self_p2p(struct hcclComm *comm, hcclResult_t res, const char *msg)

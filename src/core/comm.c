@@ -43,7 +43,9 @@ void hccl_comm_free(struct hcclComm *comm, bool graceful)
     hccl_exec_destroy(comm->exec);
     hccl_lane_destroy(comm->lane);
     hccl_plan_cache_destroy(comm->plans);
+    hccl_comm_cause_fini(comm); /* its timer is freed by the reactor's last posts */
     hccl_reactor_destroy(comm->reactor);
+    hccl_comm_cause_free(comm);
     hccl_free(comm->conns);
     hccl_free(comm->link_of);
     hccl_free(comm->node_of);
@@ -111,10 +113,8 @@ typedef struct {
 static void comm_on_abort(hccl_post_t *post)
 {
     abort_item_t *item = (abort_item_t *)post;
-    char msg[128];
 
-    snprintf(msg, sizeof(msg), "rank %d: the communicator was aborted", item->comm->rank);
-    hccl_comm_fail(item->comm, hcclAborted, msg);
+    hccl_comm_cause_abort(item->comm);
     pthread_mutex_lock(&item->comm->mtx);
     item->comm->outstanding--;
     pthread_cond_broadcast(&item->comm->cond);

@@ -131,6 +131,7 @@ struct hcclComm {
     struct hccl_shrink_early *shrink_early; /* owned: connections for a later shrink (shrink.h) */
     hcclResult_t shrink_failure_res;        /* the last failed shrink this rank led, and why */
     char shrink_failure[512];
+    struct hccl_cause_state *cause_state; /* owned; reactor thread (comm_cause.c) */
     /* outstanding requests, for destroy */
     pthread_mutex_t mtx;
     pthread_cond_t cond;
@@ -159,8 +160,35 @@ void hccl_shrink_listen(struct hcclComm *comm, hccl_card_t *card);
 /* shrink.c: closes it. */
 void hccl_shrink_close(struct hcclComm *comm);
 
-/* Reactor thread: the communicator is broken; fail everything in flight and tell the peers. */
+/*
+ * Reactor thread: the communicator is broken. Its root cause settles with the peers first
+ * (comm_cause.c), then hccl_comm_fail_now fails everything in flight and tells the peers.
+ */
 void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg);
+void hccl_comm_fail_now(struct hcclComm *comm, hcclResult_t res, const char *msg);
+/* comm_cause.c: the root cause's state, set up with the links' callbacks (env.on_cause). */
+typedef struct hccl_cause_state hccl_cause_state_t;
+hcclResult_t hccl_comm_cause_init(struct hcclComm *comm);
+/* Before the reactor is destroyed (causes still queued are dropped), then after it. */
+void hccl_comm_cause_fini(struct hcclComm *comm);
+void hccl_comm_cause_free(struct hcclComm *comm);
+/* Reactor thread: req passed the exec timeout (msg: what this rank saw). */
+void hccl_comm_fail_timeout(struct hcclComm *comm, const struct hcclRequest *req, const char *msg);
+/*
+ * Reactor thread: a failure every rank sees alike without the communicator failing (an
+ * HCCL_CHECK mismatch): its text as every rank reports it into buf, noted for an abort.
+ */
+void hccl_comm_cause_note(struct hcclComm *comm, hcclResult_t res, int origin, const char *text,
+                          char *buf, size_t len);
+/* Reactor thread: hcclCommAbort; the peers hear the first cause, our requests get hcclAborted. */
+void hccl_comm_cause_abort(struct hcclComm *comm);
+/*
+ * Reactor thread, for a request ending with *res_p (its text in buf): true when it waits for
+ * the settled cause (the caller stops; it is finished again then); false when it ends now, with
+ * *res_p and buf rewritten to the cause's once one has settled.
+ */
+bool hccl_comm_cause_hold(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t *res_p,
+                          char *buf, size_t len);
 /* Reactor thread (or with the reactor stopped): applies a link failure still queued (true),
  * or does nothing (false). */
 bool hccl_comm_apply_queued_fatal(struct hcclComm *comm);

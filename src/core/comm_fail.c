@@ -32,7 +32,7 @@ static void comm_record_failure(struct hcclComm *comm, hcclResult_t res, const c
     pthread_mutex_unlock(&comm->mtx);
 }
 
-void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg)
+void hccl_comm_fail_now(struct hcclComm *comm, hcclResult_t res, const char *msg)
 {
     char first[sizeof(comm->async_msg)];
 

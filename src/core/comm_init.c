@@ -251,6 +251,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     comm->env.params = &comm->params;
     comm->env.on_fatal = hccl_comm_on_link_fatal;
     comm->env.fatal_arg = comm;
+    HCCL_CHECK_GOTO(hccl_comm_cause_init(comm), res, err_report);
     comm->conns = hccl_calloc((size_t)nranks, sizeof(*comm->conns));
     comm->link_of = hccl_calloc((size_t)nranks, sizeof(*comm->link_of));
     comm->p2p_send_seq = hccl_calloc((size_t)nranks, sizeof(*comm->p2p_send_seq));

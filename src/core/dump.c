@@ -19,6 +19,7 @@
 #include "core/comm.h"
 
 #define DUMP_LOCK_WAIT_MS 1000
+#define DUMP_LOCK_SLICE_MS 10
 #define DUMP_MAX_STEPS 64     /* unfinished steps listed per request; the rest are counted */
 #define DUMP_MAX_PREDS 4      /* unfinished predecessors named per blocked step */
 
@@ -182,6 +183,22 @@ static int put_lane(FILE *f, struct hcclComm *comm)
     return n;
 }
 
+/*
+ * Set while a destroy or abort waits for the SIGUSR1 report to let go of its communicator:
+ * the report stops waiting for the progress lock, so that teardown proceeds at once.
+ */
+static atomic_bool dump_cancel;
+
+/* The progress lock, waited for in short slices so that a cancel is seen within one. */
+static bool dump_enter(struct hcclComm *comm)
+{
+    for (int waited = 0; waited < DUMP_LOCK_WAIT_MS && !atomic_load(&dump_cancel);
+         waited += DUMP_LOCK_SLICE_MS)
+        if (hccl_reactor_enter_timed(comm->reactor, DUMP_LOCK_SLICE_MS))
+            return true;
+    return false;
+}
+
 /* The whole report of one communicator, into f (a memory stream: out is written unlocked). */
 static void dump_comm(struct hcclComm *comm, FILE *f)
 {
@@ -200,7 +217,7 @@ static void dump_comm(struct hcclComm *comm, FILE *f)
         hccl_comm_error_text(comm, msg, sizeof(msg));
         fprintf(f, "  failed (%s): %s\n", hcclGetErrorString(err), msg);
     }
-    locked = hccl_reactor_enter_timed(comm->reactor, DUMP_LOCK_WAIT_MS);
+    locked = dump_enter(comm);
     if (locked) {
         for (const hccl_run_t *run = hccl_exec_first_run(comm->exec); run;
              run = hccl_exec_next_run(run), runs++)
@@ -269,6 +286,9 @@ static atomic_bool dump_stop;
 static bool dumper_running;          /* under life_mtx */
 static pthread_t dumper;
 static struct sigaction old_usr1;
+/* The communicator the report reads now (under reg_mtx); its end is signalled on dumped. */
+static struct hcclComm *dumping;
+static pthread_cond_t dumped = PTHREAD_COND_INITIALIZER;
 
 static void dump_on_sigusr1(int sig)
 {
@@ -299,15 +319,23 @@ static void *dumper_main(void *arg)
             break;
         pthread_mutex_lock(&reg_mtx);
         HCCL_WARN("state dump on SIGUSR1: %d communicator%s", nreg, nreg == 1 ? "" : "s");
-        for (int i = 0; i < nreg; i++) {
+        /* reg_mtx is let go while a communicator is read, so that registering and tearing
+         * down never wait for a report: a teardown of the one being read cancels its wait. */
+        for (int i = 0; i < nreg && !atomic_load(&dump_stop); i++) {
             char *text = NULL;
             size_t len = 0;
             FILE *f = open_memstream(&text, &len);
+            int rank = reg[i]->rank;
             if (!f)
                 continue;
-            dump_comm(reg[i], f);
+            dumping = reg[i];
+            pthread_mutex_unlock(&reg_mtx);
+            dump_comm(dumping, f);
+            pthread_mutex_lock(&reg_mtx);
+            dumping = NULL;
+            pthread_cond_broadcast(&dumped);
             if (fclose(f) == 0) {
-                hccl_log_set_rank(reg[i]->rank);
+                hccl_log_set_rank(rank);
                 log_lines(text);
             }
             free(text);
@@ -372,8 +400,10 @@ static void dumper_stop(void)
     if (sigaction(SIGUSR1, NULL, &cur) == 0 && cur.sa_handler == dump_on_sigusr1)
         sigaction(SIGUSR1, &old_usr1, NULL);
     atomic_store(&dump_stop, true);
+    atomic_store(&dump_cancel, true); /* a report waiting for a progress lock ends now */
     sem_post(&dump_sem);
     pthread_join(dumper, NULL);
+    atomic_store(&dump_cancel, false);
     dumper_running = false;
 }
 
@@ -407,7 +437,13 @@ void hccl_dump_unregister(struct hcclComm *comm)
     bool found = false;
 
     pthread_mutex_lock(&life_mtx);
-    pthread_mutex_lock(&reg_mtx); /* waits for a report in progress that may read comm */
+    pthread_mutex_lock(&reg_mtx);
+    /* A report reading comm lets go within a lock slice (dump_enter) and a short walk. */
+    while (dumping == comm) {
+        atomic_store(&dump_cancel, true);
+        pthread_cond_wait(&dumped, &reg_mtx);
+    }
+    atomic_store(&dump_cancel, false);
     for (int i = 0; i < nreg && !found; i++) {
         if (reg[i] != comm)
             continue;

@@ -80,6 +80,9 @@ const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_
                                                           : NULL;
     case HCCL_FRAME_BYE:
         return f->len != 0 || f->addr != 0 ? "control frame with a length" : NULL;
+    case HCCL_FRAME_CAUSE:
+        return f->len != sizeof(hccl_cause_t) || f->addr != 0 ? "cause frame of the wrong length"
+                                                              : NULL;
     default:
         return "unknown type";
     }
@@ -107,18 +110,6 @@ hcclResult_t hccl_framer_send_bye(hccl_framer_t *s)
     return framer_queue_ctl(s, HCCL_FRAME_BYE, 0, 0);
 }
 
-void hccl_framer_send_failure(hccl_framer_t *s, hcclResult_t res)
-{
-    hccl_frame_t f;
-    struct iovec iov = {&f, sizeof(f)};
-
-    /* Only between frames: a goodbye inside a half-written frame would be read as its bytes. */
-    if (s->failed || s->tx_cur || s->tx_ctl || res == hcclSuccess)
-        return;
-    framer_fill(s, &f, HCCL_FRAME_BYE, 0, (uint32_t)res, 0, 0);
-    (void)s->io->writev(s, &iov, 1); /* best effort: a short write ends as the closing does */
-}
-
 void hccl_framer_fail(hccl_framer_t *s, hcclResult_t res)
 {
     if (s->failed)
@@ -143,11 +134,14 @@ void hccl_framer_fail(hccl_framer_t *s, hcclResult_t res)
         hccl_free(d);
     }
     s->rndv_tail = NULL;
+    if (s->tx_ctl)
+        hccl_free(s->tx_ctl->cause);
     hccl_free(s->tx_ctl);
     s->tx_ctl = NULL;
     while (s->ctl_head) {
         hccl_ctl_t *c = s->ctl_head;
         s->ctl_head = c->next;
+        hccl_free(c->cause);
         hccl_free(c);
     }
     s->ctl_tail = NULL;

@@ -23,6 +23,7 @@ enum {
     HCCL_FRAME_NACK = 4, /* the receiver cannot read it: send it as DATA; len: credit */
     HCCL_FRAME_BYE = 5,  /* the sender destroyed its communicator: its EOF is expected */
     HCCL_FRAME_PULL = 6, /* the receive of an RTS message is posted: send it as DATA; len: credit */
+    HCCL_FRAME_CAUSE = 8, /* why the sender's communicator fails: a hccl_cause_t follows */
 };
 
 typedef struct {
@@ -57,10 +58,13 @@ typedef struct hccl_framer_io {
      */
     ssize_t (*peek)(hccl_framer_t *s, const void **data);
     void (*advance)(hccl_framer_t *s, size_t n);
+    /* The peer told why its communicator fails (a CAUSE frame, accepted). Optional. */
+    void (*on_cause)(hccl_framer_t *s, const hccl_cause_t *c);
 } hccl_framer_io_t;
 
 typedef struct hccl_ctl {
     hccl_frame_t f;
+    hccl_cause_t *cause; /* owned: a CAUSE frame's payload, else NULL */
     struct hccl_ctl *next;
 } hccl_ctl_t;
 
@@ -101,6 +105,8 @@ struct hccl_framer {
     void *transport;                /* borrowed: the link's connection */
     int rank;
     int peer;
+    int nranks;            /* of the communicator: a peer's cause is checked against it */
+    bool wire_broken;      /* the transport's read or write failed (EOF, reset) */
     uint64_t comm_id;      /* stamped on every frame and checked on arrival */
     size_t rndv_threshold; /* sends of at least this go RTS; SIZE_MAX = never */
     /*
@@ -164,8 +170,11 @@ struct hccl_framer {
     uint64_t rx_uncredited; /* DATA bytes delivered and not credited to the sender yet */
     bool failed;
     hcclResult_t fail_res;
-    bool bye_sent; /* we are closing gracefully */
-    bool peer_bye; /* the peer is closing gracefully */
+    bool bye_sent;    /* we are closing gracefully */
+    bool peer_bye;    /* the peer is closing gracefully */
+    bool peer_caused; /* the peer sent a cause: its EOF is its failure, not a death */
+    bool rx_in_cause; /* the payload being read is a CAUSE frame's, into rx_cause */
+    hccl_cause_t rx_cause;
     /* transmit */
     hccl_xfer_queue_t txq; /* sends not yet fully written; head in progress */
     hccl_ctl_t *ctl_head;  /* control frames, sent before the next message */
@@ -221,9 +230,12 @@ bool hccl_framer_closed_cleanly(const hccl_framer_t *s);
 hcclResult_t hccl_framer_send_bye(hccl_framer_t *s);
 /*
  * Before closing after a failure: tells the peer, in one non-blocking write between frames, that
- * this side failed with res, so that the peer reports that rather than a vanished process.
+ * this side failed with res and why (c, may be NULL: frame_cause.c), so that the peer reports
+ * the root cause rather than a vanished process.
  */
-void hccl_framer_send_failure(hccl_framer_t *s, hcclResult_t res);
+void hccl_framer_send_failure(hccl_framer_t *s, hcclResult_t res, const hccl_cause_t *c);
+/* Queues a CAUSE frame (the connection stays open: the peer may answer with its own). */
+hcclResult_t hccl_framer_send_cause(hccl_framer_t *s, const hccl_cause_t *c);
 /* Fails every transfer (completion deferred) and drops held messages. Idempotent. */
 void hccl_framer_fail(hccl_framer_t *s, hcclResult_t res);
 /* Frees what the framer owns beyond its queues (call after hccl_framer_fail or a clean close). */

@@ -48,5 +48,8 @@ void framer_deliver(hccl_xfer_t *x, const char *data);
 hcclResult_t framer_hold(hccl_framer_t *s, bool with_payload);
 hcclResult_t framer_unexp_room(hccl_framer_t *s);
 void framer_free_spares(hccl_framer_t *s);
+/* frame_cause.c: a CAUSE frame's header arrived (its payload is read next) / its payload did. */
+void framer_expect_cause(hccl_framer_t *s);
+hcclResult_t framer_on_cause(hccl_framer_t *s);
 
 #endif /* HCCL_LINK_FRAME_IMPL_H */

@@ -141,6 +141,9 @@ static hcclResult_t framer_on_header(hccl_framer_t *s)
         return hcclSuccess;
     case HCCL_FRAME_BYE:
         return framer_on_bye(s);
+    case HCCL_FRAME_CAUSE:
+        framer_expect_cause(s);
+        return hcclSuccess;
     case HCCL_FRAME_FIN:
     case HCCL_FRAME_NACK:
     case HCCL_FRAME_PULL:
@@ -170,6 +173,8 @@ static hcclResult_t framer_on_header(hccl_framer_t *s)
 static hcclResult_t framer_on_payload_done(hccl_framer_t *s)
 {
     s->rx_in_payload = false;
+    if (s->rx_in_cause)
+        return framer_on_cause(s);
     if (s->rx_xfer) {
         if (s->rx_xfer->t0_ns) {
             /* The two copies overlap (on two CPUs): the slower one is what pulling costs. */

@@ -108,6 +108,7 @@ static void framer_tx_next(hccl_framer_t *s)
 static void framer_tx_frame_done(hccl_framer_t *s)
 {
     if (s->tx_ctl) {
+        hccl_free(s->tx_ctl->cause);
         hccl_free(s->tx_ctl);
         s->tx_ctl = NULL;
         return;
@@ -145,12 +146,15 @@ static hcclResult_t framer_tx_frames(hccl_framer_t *s, bool *moved)
             framer_tx_next(s);
         }
         payload = s->tx_hdr.type == HCCL_FRAME_DATA ? s->tx_cur->len : 0;
+        if (s->tx_ctl && s->tx_ctl->cause)
+            payload = sizeof(*s->tx_ctl->cause);
         if (s->tx_hdr_done < sizeof(s->tx_hdr)) {
             iov[n].iov_base = (char *)&s->tx_hdr + s->tx_hdr_done;
             iov[n++].iov_len = sizeof(s->tx_hdr) - s->tx_hdr_done;
         }
         if (s->tx_payload_done < payload) {
-            iov[n].iov_base = (char *)s->tx_cur->buf + s->tx_payload_done;
+            iov[n].iov_base = (s->tx_ctl ? (char *)s->tx_ctl->cause : (char *)s->tx_cur->buf) +
+                              s->tx_payload_done;
             iov[n++].iov_len = payload - s->tx_payload_done;
         }
         if (n == 0) {

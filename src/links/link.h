@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "base/cause.h"
 #include "reactor/reactor.h"
 
 enum {
@@ -55,6 +56,13 @@ typedef struct hccl_link_env {
     /* A connection broke: the communicator fails every request and aborts the links. */
     void (*on_fatal)(void *arg, hcclResult_t res, const char *msg);
     void *fatal_arg;
+    /*
+     * Optional, reactor thread: a root cause heard on a connection (a peer's cause frame), or a
+     * peer that went away without a goodbye (a LOST cause). Called before on_fatal.
+     */
+    void (*on_cause)(void *arg, const hccl_cause_t *c);
+    /* Borrowed: the communicator's root cause, sent in the goodbyes of abort (kind NONE: none). */
+    const hccl_cause_t *cause;
 } hccl_link_env_t;
 
 typedef struct hccl_xfer hccl_xfer_t;
@@ -153,6 +161,8 @@ typedef struct hccl_link_ops {
     void (*close)(void *ctx, int peer);
     /* Receives may carry a consume function (see hccl_xfer_t). */
     bool recv_consume;
+    /* Reactor thread: sends c to every connected peer, keeping the connections open. Optional. */
+    void (*notify)(void *ctx, const hccl_cause_t *c);
 } hccl_link_ops_t;
 
 #define HCCL_LINK_HAS_OP(ops_x, op_x)                                                    \

@@ -135,7 +135,8 @@ hang_skip)
         has "^\[[12]\]:   request allreduce seq [0-9]+ \(1024 x float32, sum\): algorithm [a-z]+, [0-9]+ of"
         has "^\[[12]\]:     step [0-9]+ recv from rank 0 .*: posted, waiting on rank 0$"
     fi
-    has "returned timeout after [0-9.]+ s: .*did not finish within the exec timeout of 3000 ms; still waiting on ranks"
+    # Every rank names the root cause: the rank that skipped the call.
+    has "returned timeout after [0-9.]+ s: .*root cause at rank 0: rank 0 did not take part in allreduce seq [0-9]+ within the exec timeout of 3000 ms"
     has "^\[0\]: hang_diagnosis skip: .*0 unexpected: ok$"
     ;;
 hang_missing)

@@ -147,6 +147,7 @@ void hccl_rdma_conn_init_framer(rdma_conn_t *rc)
 
     hccl_framer_init(&rc->framer, &rdma_io, env->reactor, rc, env->rank, rc->peer, SIZE_MAX);
     rc->framer.comm_id = env->comm_id;
+    rc->framer.nranks = env->nranks;
     rc->framer.activity = &rc->conn.activity;
 }
 

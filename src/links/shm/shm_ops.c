@@ -218,7 +218,17 @@ static void shm_io_kick(hccl_framer_t *s)
         evtimer_add(sc->ctx->more_ev, &now);
 }
 
+static void shm_io_on_cause(hccl_framer_t *s, const hccl_cause_t *c)
+{
+    shm_conn_t *sc = s->transport;
+    hccl_link_env_t *env = sc->ctx->env;
+
+    if (env->on_cause)
+        env->on_cause(env->fatal_arg, c);
+}
+
 const hccl_framer_io_t hccl_shm_io = {
+    .on_cause = shm_io_on_cause,
     .read = shm_io_read,
     .writev = shm_io_writev,
     .rndv_read = shm_io_rndv_read,
@@ -350,6 +360,12 @@ static void shm_peer_gone(shm_conn_t *sc)
     hccl_error_set_quiet(hcclRemoteError, "rank %d: shm peer rank %d (pid %d) is gone: its process "
                                           "exited or it closed the communicator",
                          sc->ctx->env->rank, sc->conn.peer, (int)sc->pid);
+    /* Gone without a word of why: the peer is the origin, whoever sees it. */
+    if (!sc->framer.failed && !sc->framer.peer_caused && sc->ctx->env->on_cause) {
+        hccl_cause_t c;
+        hccl_cause_lost(&c, sc->conn.peer, sc->ctx->env->rank, sc->ctx->env->nranks);
+        sc->ctx->env->on_cause(sc->ctx->env->fatal_arg, &c);
+    }
     shm_conn_fail(sc, hcclRemoteError);
 }
 
@@ -463,6 +479,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
         hccl_framer_init(&sc->framer, &hccl_shm_io, env->reactor, sc, env->rank, peers[i],
                          env->params->cma_threshold);
         sc->framer.comm_id = env->comm_id;
+        sc->framer.nranks = env->nranks;
         sc->framer.pull_max = env->params->shm_pull_max;
         sc->framer.eager_cap = env->params->buffsize; /* held data per peer: frame.h */
         sc->framer.tx_wire_cold = sc->framer.rx_wire_cold = true;
@@ -506,9 +523,21 @@ static void shm_abort(void *vctx, hcclResult_t res)
 
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
-        hccl_framer_send_failure(&sc->framer, res);
+        hccl_framer_send_failure(&sc->framer, res, ctx->env->cause);
         hccl_framer_fail(&sc->framer, res);
         hccl_shm_conn_close(sc); /* closing our sockets tells the peers */
+    }
+}
+
+static void shm_notify(void *vctx, const hccl_cause_t *c)
+{
+    shm_ctx_t *ctx = vctx;
+
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        hcclResult_t res = hccl_framer_send_cause(&sc->framer, c); /* writing rings its bell */
+        if (hccl_is_failure(res))
+            shm_conn_fail(sc, res);
     }
 }
 
@@ -574,6 +603,7 @@ const hccl_link_ops_t hccl_link_shm_ops = {
     .fini = shm_fini,
     .close = shm_close_peer,
     .recv_consume = true,
+    .notify = shm_notify,
 };
 
 void hccl_shm_check_room(void *shm_ctx, size_t lane_reach)

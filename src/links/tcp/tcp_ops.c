@@ -42,6 +42,7 @@ static ssize_t tcp_io_read(hccl_framer_t *s, void *buf, size_t len)
     }
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
         return 0;
+    s->wire_broken = true;
     hccl_error_set_quiet(hcclRemoteError, "rank %d: tcp connection to rank %d (%s) %s", s->rank,
                          s->peer, tc->peer_addr,
                          n == 0 ? "closed by the peer (it died or disconnected)" : strerror(errno));
@@ -58,14 +59,25 @@ static ssize_t tcp_io_writev(hccl_framer_t *s, const struct iovec *iov, int iovc
         return n;
     if (errno == EAGAIN || errno == EINTR)
         return 0;
+    s->wire_broken = true;
     hccl_error_set_quiet(hcclRemoteError, "rank %d: tcp send to rank %d (%s) failed: %s", s->rank,
                          s->peer, tc->peer_addr, strerror(errno));
     return -1;
 }
 
+static void tcp_io_on_cause(hccl_framer_t *s, const hccl_cause_t *c)
+{
+    tcp_conn_t *tc = s->transport;
+    hccl_link_env_t *env = tc->ctx->env;
+
+    if (env->on_cause)
+        env->on_cause(env->fatal_arg, c);
+}
+
 static const hccl_framer_io_t tcp_io = {
     .read = tcp_io_read,
     .writev = tcp_io_writev,
+    .on_cause = tcp_io_on_cause,
 };
 
 /* The connection is broken: fail its transfers here, and the communicator everywhere. */
@@ -77,6 +89,12 @@ static void tcp_conn_fail(tcp_conn_t *tc, hcclResult_t res)
     if (tc->framer.failed)
         return;
     snprintf(msg, sizeof(msg), "%s", hccl_error_last());
+    /* Its process died or the cable was cut: the peer is the origin, whoever sees it. */
+    if (tc->framer.wire_broken && !tc->framer.peer_caused && env->on_cause) {
+        hccl_cause_t c;
+        hccl_cause_lost(&c, tc->framer.peer, env->rank, env->nranks);
+        env->on_cause(env->fatal_arg, &c);
+    }
     hccl_framer_fail(&tc->framer, res);
     hccl_tcp_conn_close(tc);
     env->on_fatal(env->fatal_arg, res, msg);
@@ -338,6 +356,7 @@ static hcclResult_t tcp_connect(void *vctx, const int *peers, int npeers, int64_
         tc->conn.peer = peers[i];
         tc->conn.priv = tc;
         hccl_framer_init(&tc->framer, &tcp_io, env->reactor, tc, env->rank, peers[i], SIZE_MAX);
+        tc->framer.nranks = env->nranks;
         tc->framer.comm_id = env->comm_id;
         tc->framer.activity = &tc->conn.activity;
         tc->framer.park_unmatched = true; /* level-triggered epoll: the socket stays readable */
@@ -403,9 +422,26 @@ static void tcp_abort(void *vctx, hcclResult_t res)
         if (!tc)
             continue;
         if (tc->fd >= 0)
-            hccl_framer_send_failure(&tc->framer, res);
+            hccl_framer_send_failure(&tc->framer, res, ctx->env->cause);
         hccl_framer_fail(&tc->framer, res);
         hccl_tcp_conn_close(tc);
+    }
+}
+
+static void tcp_notify(void *vctx, const hccl_cause_t *c)
+{
+    tcp_ctx_t *ctx = vctx;
+
+    for (int r = 0; r < ctx->env->nranks; r++) {
+        tcp_conn_t *tc = ctx->conns[r];
+        hcclResult_t res;
+        if (!tc || tc->fd < 0 || tc->framer.failed)
+            continue;
+        res = hccl_framer_send_cause(&tc->framer, c);
+        if (hccl_is_failure(res))
+            tcp_conn_fail(tc, res);
+        else
+            tcp_update_write_interest(tc);
     }
 }
 
@@ -484,4 +520,5 @@ const hccl_link_ops_t hccl_link_tcp_ops = {
     .fini = tcp_fini,
     .close = tcp_close_peer,
     .recv_consume = true,
+    .notify = tcp_notify,
 };

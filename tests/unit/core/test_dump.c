@@ -288,6 +288,100 @@ static void test_dump_on_signal(void **state)
     unsetenv("HCCL_DUMP_ON_SIGNAL");
 }
 
+typedef struct {
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    bool entered, release;
+} gate_t;
+
+/* A callback that holds its reactor (its progress lock) until released: a stuck callback. */
+static void gate_cb(hcclRequest_t req, hcclResult_t res, void *arg)
+{
+    gate_t *g = arg;
+
+    (void)req, (void)res;
+    pthread_mutex_lock(&g->mtx);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cond);
+    while (!g->release)
+        pthread_cond_wait(&g->cond, &g->mtx);
+    pthread_mutex_unlock(&g->mtx);
+}
+
+/* Reads what fd holds now, without waiting, after len bytes already in buf. */
+static size_t read_available(int fd, char *buf, size_t len, size_t cap)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+
+    while (len + 1 < cap && poll(&p, 1, 0) == 1) {
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    return len;
+}
+
+/*
+ * A SIGUSR1 report stuck on one communicator (a callback holds its progress lock) never
+ * stalls the teardown of another: hcclCommAbort of rank 1 returns while the report still
+ * waits, well before it gives up on the lock (DUMP_LOCK_WAIT_MS, dump.c).
+ */
+static void test_teardown_during_dump(void **state)
+{
+    static float buf[COUNT], buf1[COUNT];
+    static char out[1 << 16];
+    gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+    hcclComm_t comms[2] = {NULL, NULL};
+    hcclRequest_t req;
+    int p[2], saved_err;
+    size_t len = 0;
+
+    (void)state;
+    setenv("HCCL_DUMP_ON_SIGNAL", "1", 1);
+    assert_true(pair_create("shm", comms));
+    assert_int_equal(hcclAllReduceAsync(buf, buf, COUNT, hcclFloat32, hcclSum, comms[0], &req),
+                     hcclSuccess);
+    assert_int_equal(hcclRequestSetCallback(req, gate_cb, &g), hcclSuccess);
+    assert_int_equal(hcclAllReduce(buf1, buf1, COUNT, hcclFloat32, hcclSum, comms[1]), hcclSuccess);
+    pthread_mutex_lock(&g.mtx);
+    while (!g.entered)
+        pthread_cond_wait(&g.cond, &g.mtx);
+    pthread_mutex_unlock(&g.mtx);
+
+    assert_int_equal(pipe(p), 0);
+    fflush(stderr);
+    saved_err = dup(2);
+    assert_true(saved_err >= 0);
+    assert_true(dup2(p[1], 2) == 2);
+    assert_int_equal(raise(SIGUSR1), 0);
+    /* The report has started; rank 0's part waits for the lock the callback holds. */
+    while (!strstr(out, "state dump on SIGUSR1")) {
+        struct pollfd pf = {.fd = p[0], .events = POLLIN};
+        assert_true(poll(&pf, 1, 20000) == 1);
+        len = read_available(p[0], out, len, sizeof(out));
+    }
+    assert_int_equal(hcclCommAbort(comms[1]), hcclSuccess);
+    len = read_available(p[0], out, len, sizeof(out));
+    assert_null(strstr(out, "state dump: end of report"));
+
+    pthread_mutex_lock(&g.mtx);
+    g.release = true;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.mtx);
+    read_until_end(p[0], out + len, sizeof(out) - len);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    close(p[0]);
+    close(p[1]);
+    printf("%s", out);
+    assert_int_equal(hcclWait(&req), hcclSuccess);
+    assert_int_equal(hcclCommAbort(comms[0]), hcclSuccess);
+    unsetenv("HCCL_DUMP_ON_SIGNAL");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_abort_wakes_wait_shm),
         cmocka_unit_test(test_abort_wakes_wait_tcp),
         cmocka_unit_test(test_dump_on_signal),
+        cmocka_unit_test(test_teardown_during_dump),
     };
 
     /* Calibration runs collectives at start: without it the first call is sequence 0. */

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# cause_test.sh HCCL_RUN MP_CAUSE LINK NRANKS [CASE...]
+# Every rank that reports a fault (mp_cause.c) must report the same code and the same root
+# cause text, naming the rank where it started: a killed rank, a rank late past the exec
+# timeout, a mismatch whose ranks abort at once (either end calling the odd collective), a
+# rank that never arrives. Each run is
+# bounded; CAUSE_OUT=FILE appends every rank's line (bench/fault_matrix.sh reads it).
+set -u
+run=$1 prog=$2 link=$3 n=$4
+shift 4
+last=$((n - 1))
+
+# case | victim | expected code | extra environment | the victim reports too | text must contain
+# (mismatch0: rank 0 calls Broadcast, the others AllReduce; mismatch: the last rank does)
+matrix="kill|$last|hcclRemoteError||no|rank $last went away
+late|$last|hcclTimeout|HCCL_EXEC_TIMEOUT=1|yes|rank $last did not take part in allreduce seq 1
+mismatch0|0|hcclInvalidUsage|HCCL_CHECK=1|yes|collective mismatch at seq 1
+mismatch|$last|hcclInvalidUsage|HCCL_CHECK=1|yes|collective mismatch at seq 1
+absent|$last|hcclTimeout|HCCL_CONNECT_TIMEOUT=3|no|$last"
+
+fails=0
+fail() { echo "FAIL [$link n=$n $1]: $2"; fails=$((fails + 1)); }
+
+run_case() {
+    local name=$1 victim=$2 want=$3 extra=$4 victim_reports=$5 needle=$6 out first="" count=0
+    # shellcheck disable=SC2086
+    out=$(env HCCL_LINKS="$link" HCCL_CALIBRATE=0 HCCL_CONNECT_TIMEOUT=30 HCCL_RUN_GRACE_S=20 $extra \
+              timeout 90 "$run" -n "$n" --timeout 60 "$prog" --case "${name%0}" --victim "$victim" 2>&1)
+    echo "--- $link n=$n $name (launcher rc $?)"
+    grep -E "^(CAUSE|FULL) " <<<"$out"
+    [ -n "${CAUSE_OUT:-}" ] && grep -E "^(CAUSE|MARK) " <<<"$out" |
+        sed "s/^/link=$link n=$n case=$name victim=$victim want=$want /" >>"$CAUSE_OUT"
+    for r in $(seq 0 $((n - 1))); do
+        local line res text
+        [ "$r" -eq "$victim" ] && [ "$victim_reports" = no ] && continue
+        line=$(grep -E "^CAUSE rank=$r " <<<"$out" | head -1)
+        [ -n "$line" ] || { fail "$name" "rank $r reported nothing"; continue; }
+        res=$(grep -oE "res=[a-zA-Z]+" <<<"$line" | cut -c5-)
+        text=${line#* text=}
+        [ "$res" = "$want" ] || fail "$name" "rank $r got $res, want $want"
+        [[ "$line" != *" async="* || "$line" == *" async=hcclSuccess "* || "$line" == *" async=$want "* ]] ||
+            fail "$name" "rank $r: hcclCommGetAsyncError differs from $want: $line"
+        [[ "$text" == *"$needle"* ]] || fail "$name" "rank $r: the text does not say '$needle': $text"
+        if [ -z "$first" ]; then
+            first=$text
+        elif [ "$text" != "$first" ]; then
+            fail "$name" "rank $r tells another story: '$text' vs '$first'"
+        fi
+        count=$((count + 1))
+    done
+    [ "$count" -gt 0 ] || fail "$name" "no rank reported"
+}
+
+while IFS='|' read -r name victim want extra victim_reports needle; do
+    [ $# -eq 0 ] || [[ " $* " == *" $name "* ]] || continue
+    run_case "$name" "$victim" "$want" "$extra" "$victim_reports" "$needle"
+done <<<"$matrix"
+[ "$fails" -eq 0 ] || { echo "FAIL: $fails check(s) failed"; exit 1; }
+echo "PASS: every rank reports the root cause ($link, $n ranks)"
