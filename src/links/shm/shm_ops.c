@@ -1,4 +1,4 @@
-/* shm: the link vtable, the ring I/O, doorbell and liveness events, and the single-copy read. */
+/* shm: the link vtable, doorbell and liveness events (the ring I/O is in shm_io.c). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -11,231 +11,6 @@
 
 /* Bytes taken from one ring per doorbell before the other peers get a turn. */
 #define SHM_RX_BUDGET (4u << 20)
-/* process_vm_readv per call: bounded so one huge message does not hold the reactor for long. */
-#define SHM_CMA_PIECE (64u << 20)
-
-static char *ring_data(shm_ring_hdr_t *r)
-{
-    return (char *)r + SHM_RING_HDR_BYTES;
-}
-
-void hccl_shm_ring_bell(int fd)
-{
-    uint64_t one = 1;
-
-    if (fd >= 0 && write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        HCCL_WARN("shm: write(doorbell): %s", strerror(errno));
-}
-
-bool hccl_shm_ring_used(uint64_t head, uint64_t tail, size_t size, size_t *used)
-{
-    uint64_t n = head - tail;
-
-    if (n > size)
-        return false;
-    *used = (size_t)n;
-    return true;
-}
-
-/* The peer can write every counter of the ring in its own mapping: believe none of them. */
-static ssize_t shm_ring_corrupt(hccl_framer_t *s, const char *which, uint64_t head, uint64_t tail)
-{
-    shm_conn_t *sc = s->transport;
-
-    hccl_error_set(hcclRemoteError, "rank %d: shm: the %s ring shared with rank %d is corrupt "
-                                    "(head %llu, tail %llu, size %zu); closing the connection",
-                   s->rank, which, s->peer, (unsigned long long)head, (unsigned long long)tail,
-                   sc->ctx->ring_used);
-    return -1;
-}
-
-/* The consumer has taken n bytes: the producer may reuse them. */
-static void shm_ring_release(shm_conn_t *sc, shm_ring_hdr_t *r, uint64_t tail, size_t n)
-{
-    if (sc->framer.rx_wire_cold && tail + n >= sc->ctx->ring_used)
-        sc->framer.rx_wire_cold = false;
-    atomic_store_explicit(&r->tail, tail + n, memory_order_seq_cst);
-    /* Pairs with the producer's flag-then-recheck: one of us sees the other. */
-    if (atomic_load_explicit(&r->producer_waiting, memory_order_seq_cst) &&
-        atomic_exchange(&r->producer_waiting, 0))
-        hccl_shm_ring_bell(sc->peer_bell);
-}
-
-static ssize_t shm_io_peek(hccl_framer_t *s, const void **data)
-{
-    shm_conn_t *sc = s->transport;
-    shm_ring_hdr_t *r = sc->rx_ring;
-    size_t size = sc->ctx->ring_used;
-    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    size_t avail, at = (size_t)(tail % size);
-
-    if (!hccl_shm_ring_used(head, tail, size, &avail))
-        return shm_ring_corrupt(s, "receive", head, tail);
-    *data = ring_data(r) + at;
-    return (ssize_t)(avail < size - at ? avail : size - at);
-}
-
-static void shm_io_advance(hccl_framer_t *s, size_t n)
-{
-    shm_conn_t *sc = s->transport;
-    shm_ring_hdr_t *r = sc->rx_ring;
-
-    shm_ring_release(sc, r, atomic_load_explicit(&r->tail, memory_order_relaxed), n);
-}
-
-static ssize_t shm_io_read(hccl_framer_t *s, void *buf, size_t len)
-{
-    shm_conn_t *sc = s->transport;
-    shm_ring_hdr_t *r = sc->rx_ring;
-    size_t size = sc->ctx->ring_used;
-    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    size_t avail, n, at = (size_t)(tail % size), first;
-
-    if (!hccl_shm_ring_used(head, tail, size, &avail))
-        return shm_ring_corrupt(s, "receive", head, tail);
-    n = len < avail ? len : avail;
-    first = n < size - at ? n : size - at;
-    if (n == 0)
-        return 0;
-    memcpy(buf, ring_data(r) + at, first);
-    memcpy((char *)buf + first, ring_data(r), n - first);
-    shm_ring_release(sc, r, tail, n);
-    return (ssize_t)n;
-}
-
-static ssize_t shm_io_writev(hccl_framer_t *s, const struct iovec *iov, int iovcnt)
-{
-    shm_conn_t *sc = s->transport;
-    shm_ring_hdr_t *r = sc->tx_ring;
-    size_t size = sc->ctx->ring_used;
-    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-    uint64_t tail = sc->tx_tail_seen;
-    size_t used, space, want = 0, done = 0;
-
-    for (int i = 0; i < iovcnt; i++)
-        want += iov[i].iov_len;
-    if (!hccl_shm_ring_used(head, tail, size, &used) || size - used < want) {
-        tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-        sc->tx_tail_seen = tail;
-        if (!hccl_shm_ring_used(head, tail, size, &used))
-            return shm_ring_corrupt(s, "send", head, tail);
-    }
-    space = size - used;
-    if (space == 0) {
-        atomic_store_explicit(&r->producer_waiting, 1, memory_order_seq_cst);
-        tail = atomic_load_explicit(&r->tail, memory_order_seq_cst);
-        sc->tx_tail_seen = tail;
-        if (!hccl_shm_ring_used(head, tail, size, &used))
-            return shm_ring_corrupt(s, "send", head, tail);
-        space = size - used;
-        if (space == 0)
-            return 0; /* the consumer rings us when it frees space */
-    }
-    for (int i = 0; i < iovcnt && done < space; i++) {
-        const char *src = iov[i].iov_base;
-        size_t left = iov[i].iov_len < space - done ? iov[i].iov_len : space - done;
-        while (left > 0) {
-            size_t at = (size_t)((head + done) % size);
-            size_t n = left < size - at ? left : size - at;
-            memcpy(ring_data(r) + at, src, n);
-            src += n;
-            left -= n;
-            done += n;
-        }
-    }
-    atomic_store_explicit(&r->head, head + done, memory_order_release);
-    if (s->tx_wire_cold && head + done >= size)
-        s->tx_wire_cold = false;
-    /* Pairs with the receiver's flag-clear-then-look (shm_set_polling, then shm_poll). */
-    atomic_thread_fence(memory_order_seq_cst);
-    if (!atomic_load_explicit(&((shm_seg_hdr_t *)sc->peer_seg)->polling, memory_order_relaxed))
-        hccl_shm_ring_bell(sc->peer_bell);
-    return (ssize_t)done;
-}
-
-bool hccl_shm_peer_left(const shm_conn_t *sc)
-{
-    struct pollfd p = {.fd = sc->out_fd, .events = POLLIN | POLLRDHUP};
-
-    return sc->out_fd < 0 || poll(&p, 1, 0) != 0;
-}
-
-static hcclResult_t shm_io_rndv_read(hccl_framer_t *s, const hccl_frame_t *f, hccl_xfer_t *x)
-{
-    shm_conn_t *sc = s->transport;
-    size_t done = 0, unit = hccl_xfer_unit(x);
-    /* A receive that consumes reads cache-sized pieces into the bounce and uses each at once. */
-    char *bounce = x->consume ? hccl_framer_bounce(s) : NULL;
-    size_t piece = x->consume ? HCCL_FRAMER_BOUNCE - HCCL_FRAMER_BOUNCE % unit : SHM_CMA_PIECE;
-
-    if (x->consume && !bounce)
-        return hcclSystemError;
-    while (done < x->len) {
-        size_t n = x->len - done < piece ? x->len - done : piece;
-        struct iovec local = {bounce ? bounce : (char *)x->buf + done, n};
-        struct iovec remote = {(void *)(uintptr_t)(f->addr + done), n};
-        ssize_t got = process_vm_readv(sc->pid, &local, 1, &remote, 1, 0);
-        if (got > 0 && bounce && (size_t)got % unit == 0) {
-            x->consume(x, done, bounce, (size_t)got);
-            done += (size_t)got;
-            continue;
-        }
-        if (got > 0 && !bounce) {
-            done += (size_t)got;
-            continue;
-        }
-        if (got < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES) && done == 0) {
-            HCCL_INFO(HCCL_SUB_LINK, "rank %d: shm: single-copy read from rank %d refused (%s); "
-                      "using the rings", s->rank, s->peer, strerror(errno));
-            s->rndv_threshold = SIZE_MAX;
-            return hcclUnsupported;
-        }
-        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: single-copy read of %zu bytes from rank %d "
-                                          "(pid %d) failed: %s", s->rank, x->len, s->peer,
-                         (int)sc->pid, got < 0 ? strerror(errno) : "short read");
-    }
-    /* A sender that aborted may reuse its buffer: if it closed its side before our read
-     * ended, what we read is not its message. */
-    if (hccl_shm_peer_left(sc))
-        return HCCL_FAIL(hcclRemoteError, "rank %d: shm: rank %d (pid %d) went away during a "
-                                          "single-copy read", s->rank, s->peer, (int)sc->pid);
-    return hcclSuccess;
-}
-
-static void shm_io_kick(hccl_framer_t *s)
-{
-    static const struct timeval now = {0, 0};
-    shm_conn_t *sc = s->transport;
-
-    /* A thread that polls finds the read (shm_poll looks at rndv_head): a timer added from
-     * it would wake the progress thread through libevent's notification, only to contend
-     * for the reactor with it (futex calls and a wake-up per read: docs/performance.md). */
-    if (hccl_reactor_polled(sc->ctx->env->reactor))
-        return;
-    if (sc->ctx->more_ev)
-        evtimer_add(sc->ctx->more_ev, &now);
-}
-
-static void shm_io_on_cause(hccl_framer_t *s, const hccl_cause_t *c)
-{
-    shm_conn_t *sc = s->transport;
-    hccl_link_env_t *env = sc->ctx->env;
-
-    if (env->on_cause)
-        env->on_cause(env->fatal_arg, c);
-}
-
-const hccl_framer_io_t hccl_shm_io = {
-    .on_cause = shm_io_on_cause,
-    .read = shm_io_read,
-    .writev = shm_io_writev,
-    .rndv_read = shm_io_rndv_read,
-    .kick = shm_io_kick,
-    .peek = shm_io_peek,
-    .advance = shm_io_advance,
-};
 
 static void shm_conn_fail(shm_conn_t *sc, hcclResult_t res)
 {
@@ -312,8 +87,8 @@ static bool shm_poll(void *arg)
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
         shm_ring_hdr_t *r = sc->rx_ring;
         uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-        if (!sc->framer.failed &&
-            (atomic_load_explicit(&r->head, memory_order_acquire) != tail || sc->framer.rndv_head)) {
+        if (!sc->framer.failed && (atomic_load_explicit(&r->head, memory_order_acquire) != tail ||
+                                   sc->framer.rndv_head)) {
             shm_progress_conn(sc, &more);
             /* Progress is what was consumed: a stalled ring must not keep the thread spinning. */
             moved |= atomic_load_explicit(&r->tail, memory_order_relaxed) != tail;
@@ -357,8 +132,9 @@ static void shm_peer_gone(shm_conn_t *sc)
         hccl_shm_conn_close(sc);
         return;
     }
-    hccl_error_set_quiet(hcclRemoteError, "rank %d: shm peer rank %d (pid %d) is gone: its process "
-                                          "exited or it closed the communicator",
+    hccl_error_set_quiet(hcclRemoteError,
+                         "rank %d: shm peer rank %d (pid %d) is gone: its process "
+                         "exited or it closed the communicator",
                          sc->ctx->env->rank, sc->conn.peer, (int)sc->pid);
     /* Gone without a word of why: the peer is the origin, whoever sees it. */
     if (!sc->framer.failed && !sc->framer.peer_caused && sc->ctx->env->on_cause) {
@@ -470,7 +246,8 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
     ctx->more_ev = evtimer_new(base, shm_on_more, ctx);
     if (!ctx->bell_ev || !ctx->more_ev || event_add(ctx->bell_ev, NULL) != 0)
         return HCCL_FAIL(hcclSystemError, "shm: cannot register the doorbell");
-    HCCL_CHECK(hccl_reactor_add_poller(env->reactor, &(hccl_poller_t){shm_poll, shm_set_polling, ctx}));
+    HCCL_CHECK(
+        hccl_reactor_add_poller(env->reactor, &(hccl_poller_t){shm_poll, shm_set_polling, ctx}));
     for (int i = 0; i < npeers; i++) {
         shm_conn_t *sc = ctx->conns[peers[i]];
         sc->conn.ops = &hccl_link_shm_ops;
@@ -490,9 +267,11 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
         if (!sc->live_ev || event_add(sc->live_ev, NULL) != 0)
             return HCCL_FAIL(hcclSystemError, "shm: cannot watch rank %d", peers[i]);
         conns[peers[i]] = &sc->conn;
-        HCCL_INFO(HCCL_SUB_LINK, "rank %d: shm link to rank %d (pid %d) is up, ring %zu B, "
-                  "single-copy from %zu B (pulled up to %zu B)", env->rank, peers[i], (int)sc->pid,
-                  ctx->ring_used, env->params->cma_threshold, env->params->shm_pull_max);
+        HCCL_INFO(HCCL_SUB_LINK,
+                  "rank %d: shm link to rank %d (pid %d) is up, ring %zu B, "
+                  "single-copy from %zu B (pulled up to %zu B)",
+                  env->rank, peers[i], (int)sc->pid, ctx->ring_used, env->params->cma_threshold,
+                  env->params->shm_pull_max);
     }
     return hcclSuccess;
 }
@@ -548,8 +327,10 @@ static void shm_close_peer(void *vctx, int peer)
 
     if (!sc || sc->framer.failed)
         return;
-    hccl_error_set_quiet(hcclRemoteError, "rank %d: shm connection to rank %d (pid %d) was cut "
-                         "(HCCL_FAULT close)", ctx->env->rank, peer, (int)sc->pid);
+    hccl_error_set_quiet(hcclRemoteError,
+                         "rank %d: shm connection to rank %d (pid %d) was cut "
+                         "(HCCL_FAULT close)",
+                         ctx->env->rank, peer, (int)sc->pid);
     shm_conn_fail(sc, hcclRemoteError); /* closing our sockets is what the peer sees */
 }
 
@@ -611,7 +392,8 @@ void hccl_shm_check_room(void *shm_ctx, size_t lane_reach)
     shm_ctx_t *ctx = shm_ctx;
     /* Two lane slots, each a block and a split operation's part of at most half of one. */
     size_t lane = 2 * (lane_reach + lane_reach / 2);
-    size_t per_rank = SHM_SEG_HDR_BYTES + lane + (size_t)ctx->nactive * hccl_shm_slot_bytes(ctx->ring_used);
+    size_t per_rank =
+        SHM_SEG_HDR_BYTES + lane + (size_t)ctx->nactive * hccl_shm_slot_bytes(ctx->ring_used);
     size_t room = 0, need = 0;
 
     for (int i = 0; i < ctx->nactive; i++)
@@ -619,10 +401,10 @@ void hccl_shm_check_room(void *shm_ctx, size_t lane_reach)
             return; /* the host's lowest rank speaks for it */
     if (ctx->nactive == 0 || !hccl_shm_room_short(per_rank, ctx->nactive + 1, &room, &need))
         return;
-    HCCL_WARN("rank %d: shm: /dev/shm has %zu MiB free, but the %d ranks of this host may come to "
-              "use up to %zu MiB of it (per rank: %zu KiB of ring per local peer and %zu KiB of lane "
-              "slots); a rank that touches a page /dev/shm cannot supply dies of SIGBUS. Give "
-              "/dev/shm more room (docker: --shm-size), or lower HCCL_BUFFSIZE and HCCL_LANE_MAX",
-              ctx->env->rank, room >> 20, ctx->nactive + 1, need >> 20, ctx->ring_used >> 10,
-              lane >> 10);
+    HCCL_WARN(
+        "rank %d: shm: /dev/shm has %zu MiB free, but the %d ranks of this host may come to "
+        "use up to %zu MiB of it (per rank: %zu KiB of ring per local peer and %zu KiB of lane "
+        "slots); a rank that touches a page /dev/shm cannot supply dies of SIGBUS. Give "
+        "/dev/shm more room (docker: --shm-size), or lower HCCL_BUFFSIZE and HCCL_LANE_MAX",
+        ctx->env->rank, room >> 20, ctx->nactive + 1, need >> 20, ctx->ring_used >> 10, lane >> 10);
 }
