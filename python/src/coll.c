@@ -222,6 +222,26 @@ static PyObject *call_finish(call_t *c, hccl_py_comm_t *self, bool async)
 
 /* ---- argument parsing, one function per collective ---- */
 
+/* The buffers of a reduction: recv None means in place in send; then the op. */
+static int call_reduction(call_t *c, PyObject *send, PyObject *recv, PyObject *op, PyObject *dtype)
+{
+    if (recv == Py_None) { /* in place */
+        if (call_buf(c, send, true, dtype, "buf") < 0)
+            return -1;
+        c->result = send;
+        c->recvbuf = c->bufs[0].ptr;
+    } else {
+        if (call_pair(c, send, recv, dtype, 1, 1) < 0)
+            return -1;
+        c->result = recv;
+        c->recvbuf = c->bufs[1].ptr;
+    }
+    c->sendbuf = c->bufs[0].ptr;
+    c->count = c->bufs[0].count;
+    c->dtype = c->bufs[0].dtype;
+    return call_op(c, op, &c->bufs[0]);
+}
+
 static PyObject *all_reduce(hccl_py_comm_t *self, PyObject *args, PyObject *kw, bool async)
 {
     static char *kwlist[] = {"sendbuf", "recvbuf", "op", "dtype", NULL};
@@ -230,21 +250,7 @@ static PyObject *all_reduce(hccl_py_comm_t *self, PyObject *args, PyObject *kw, 
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$O", kwlist, &send, &recv, &op, &dtype))
         return NULL;
-    if (recv == Py_None) { /* in place */
-        if (call_buf(&c, send, true, dtype, "buf") < 0)
-            goto fail;
-        c.result = send;
-        c.recvbuf = c.bufs[0].ptr;
-    } else {
-        if (call_pair(&c, send, recv, dtype, 1, 1) < 0)
-            goto fail;
-        c.result = recv;
-        c.recvbuf = c.bufs[1].ptr;
-    }
-    c.sendbuf = c.bufs[0].ptr;
-    c.count = c.bufs[0].count;
-    c.dtype = c.bufs[0].dtype;
-    if (call_op(&c, op, &c.bufs[0]) < 0)
+    if (call_reduction(&c, send, recv, op, dtype) < 0)
         goto fail;
     return call_finish(&c, self, async);
 fail:
@@ -284,21 +290,7 @@ static PyObject *reduce(hccl_py_comm_t *self, PyObject *args, PyObject *kw, bool
         return NULL;
     if (check_rank(&c, c.root, self->nranks, "root") < 0)
         goto fail;
-    if (recv == Py_None) {
-        if (call_buf(&c, send, true, dtype, "buf") < 0)
-            goto fail;
-        c.result = send;
-        c.recvbuf = c.bufs[0].ptr;
-    } else {
-        if (call_pair(&c, send, recv, dtype, 1, 1) < 0)
-            goto fail;
-        c.result = recv;
-        c.recvbuf = c.bufs[1].ptr;
-    }
-    c.sendbuf = c.bufs[0].ptr;
-    c.count = c.bufs[0].count;
-    c.dtype = c.bufs[0].dtype;
-    if (call_op(&c, op, &c.bufs[0]) < 0)
+    if (call_reduction(&c, send, recv, op, dtype) < 0)
         goto fail;
     return call_finish(&c, self, async);
 fail:
