@@ -1,8 +1,8 @@
 /*
- * The root cause of a communicator's failure, as it travels between ranks (API.md, "Failures:
- * every rank reports the root cause"): which rank it started at, its result code and what that
- * rank saw. Links carry it in their goodbyes and cause frames; every rank merges the causes it
- * hears in one total order, so that all of them settle on the same one and render the same text.
+ * The root cause of a communicator's failure, as it travels between ranks (docs/api.md,
+ * "Failures"): which rank it started at, its result code and what that rank saw. Links carry
+ * it in their goodbyes and cause frames; every rank merges the causes it hears in one total
+ * order, so that all of them settle on the same one and render the same text.
  * Plain data, the same layout on the wire: every copy from another process goes through
  * hccl_cause_accept before it is used.
  */

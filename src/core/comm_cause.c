@@ -1,5 +1,5 @@
 /*
- * A communicator's root cause (API.md, "Failures: every rank reports the root cause").
+ * A communicator's root cause (docs/api.md, "Failures").
  *
  * The first failure a rank sees, or hears of from a peer, is not reported at once: the rank
  * sends its view to every peer (the links' cause frames) and settles for a short quiet window
