@@ -20,7 +20,7 @@
 
 #include "hccl-run.h"
 
-#define RUN_SECRET_BYTES    16
+#define RUN_SECRET_BYTES 16
 
 /*
  * If the launcher was started with 0, 1 or 2 closed, a pipe could land on
@@ -35,21 +35,64 @@ void ensure_std_fds(void)
     }
 }
 
-/*
- * Binding port 0 and closing again leaves a small window in which another
- * process may take the port before rank 0 listens on it; rank 0 then fails
- * loudly, which is acceptable for a local launcher.
- */
-static int pick_free_port(int *port_p)
+/* The kernel's ephemeral range: ports it hands to bind(port 0) and to outgoing connections. */
+static int ephemeral_low(void)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int low = 32768, high;
+
+    if (f) {
+        if (fscanf(f, "%d %d", &low, &high) != 2)
+            low = 32768;
+        fclose(f);
+    }
+    return low;
+}
+
+static bool port_free(int port)
 {
     struct sockaddr_in sa = {
         .sin_family = AF_INET,
-        .sin_port = 0,
+        .sin_port = htons((uint16_t)port),
         .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
     };
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    bool ok;
+
+    if (fd < 0)
+        return false;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+/*
+ * A port below the kernel's ephemeral range: between this test and rank 0's listen, the port
+ * is closed, and a port from the ephemeral range could meanwhile be handed to any socket of
+ * the job's own ranks or of any other process (an outgoing connection, a listener on port 0).
+ * Below the range only a program that names the port itself can take it.
+ */
+static int pick_free_port(int *port_p)
+{
+    int low = ephemeral_low(), span;
+    unsigned seed = (unsigned)getpid();
+
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
+        seed = (unsigned)getpid();
+
+    span = low > 20000 ? low - 10000 : 0;
+    for (int i = 0; span > 0 && i < 256; i++) {
+        int port = 10000 + (int)(rand_r(&seed) % (unsigned)span);
+        if (port_free(port)) {
+            *port_p = port;
+            return 0;
+        }
+    }
+    /* No room below the range (or all taken): any port the kernel has free. */
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int ret = -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ret = -1;
 
     if (fd < 0)
         return -1;
@@ -58,9 +101,7 @@ static int pick_free_port(int *port_p)
         *port_p = ntohs(sa.sin_port);
         ret = 0;
     }
-    int saved = errno;
     close(fd);
-    errno = saved;
     return ret;
 }
 
@@ -114,8 +155,10 @@ int setup_env(const struct launcher *l)
         if (setenv("HCCL_COMM_SECRET", buf, 1) != 0)
             goto err_setenv;
     } else if (getenv("HCCL_COMM_SECRET") == NULL) {
-        fprintf(stderr, "hccl-run: HCCL_COMM_SECRET is not set: the rendezvous at %s is not "
-                "authenticated\n", getenv("HCCL_COMM_ID"));
+        fprintf(stderr,
+                "hccl-run: HCCL_COMM_SECRET is not set: the rendezvous at %s is not "
+                "authenticated\n",
+                getenv("HCCL_COMM_ID"));
     }
     /* A rank that hangs can then say why when the timeout comes (unless the user set it to 0). */
     if (setenv("HCCL_DUMP_ON_SIGNAL", "1", 0) != 0)
@@ -140,7 +183,7 @@ err_setenv:
  */
 int setup_signals(struct launcher *l)
 {
-    struct sigaction ign = { .sa_handler = SIG_IGN };
+    struct sigaction ign = {.sa_handler = SIG_IGN};
     sigset_t set;
 
     sigemptyset(&set);
@@ -197,8 +240,7 @@ __attribute__((noreturn)) static void child_exec(const struct launcher *l, int r
 
     /* Also done by the parent; whichever runs first wins the race to exec. */
     if (setpgid(0, rank == 0 ? 0 : l->pgid) != 0) {
-        fprintf(stderr, "hccl-run: rank %d: setpgid: %s\n", global_rank(l, rank),
-                strerror(errno));
+        fprintf(stderr, "hccl-run: rank %d: setpgid: %s\n", global_rank(l, rank), strerror(errno));
         _exit(127);
     }
     if (out_fd >= 0 && (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0))
