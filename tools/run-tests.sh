@@ -41,7 +41,7 @@ ctest --test-dir build --no-tests=error --output-on-failure -j"$jobs"
 # Release (-O3) warns about more than -O2 does, and is what bench/compare.sh builds: compile it.
 # The Python extensions are built and tested once, in the main build.
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DHCCL_PYTHON=OFF -DHCCL_TORCH=OFF >/dev/null
-cmake --build build-release -j"$jobs"
+cmake --build build-release -j"$jobs" --target hccl hccl_static hccl-perf hccl-run hccl-topo
 
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHCCL_ENABLE_SANITIZERS=ON -DHCCL_PYTHON=OFF \
   -DHCCL_TORCH=OFF >/dev/null
