@@ -114,7 +114,10 @@ static void shrink_record(struct hcclComm *p, hcclResult_t res, const char *msg)
 
 void hccl_shrink_send_error(int fd, hcclResult_t status, const char *msg)
 {
-    size_t len = strnlen(msg, HCCL_BS_MAX_MSG);
+    size_t len = strlen(msg); /* msg ends in a NUL; the reply carries at most HCCL_BS_MAX_MSG */
+
+    if (len > HCCL_BS_MAX_MSG)
+        len = HCCL_BS_MAX_MSG;
     hccl_bs_reply_t rep = {
         .magic = HCCL_BS_REPLY_MAGIC, .status = status, .msg_len = (uint32_t)len};
     int64_t deadline = hccl_now_ms() + 1000;
