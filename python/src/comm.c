@@ -60,6 +60,16 @@ static PyObject *comm_ready(hccl_py_comm_t *c, hcclComm_t comm)
     return (PyObject *)c;
 }
 
+/* The end of a communicator's creation, whichever way: c is freed when it failed. */
+static PyObject *comm_made(hccl_py_comm_t *c, hcclComm_t comm, hcclResult_t res, const char *msg)
+{
+    if (res != hcclSuccess) {
+        Py_DECREF(c);
+        return hccl_py_raise(res, msg);
+    }
+    return comm_ready(c, comm);
+}
+
 static int seconds_to_ms(PyObject *obj, int *ms_p, const char *what)
 {
     double s;
@@ -91,6 +101,7 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     hcclComm_t comm = NULL;
     hcclResult_t res;
     hccl_py_comm_t *c;
+    PyThreadState *ts;
     char msg[1024];
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "iOi|$OOz:Comm", kwlist, &nranks, &uid, &rank,
@@ -115,15 +126,12 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     config.algo = algo;
     if (!(c = comm_alloc(type)))
         return NULL;
-    Py_BEGIN_ALLOW_THREADS res = hcclCommInitRankConfig(&comm, nranks, id, rank, &config);
+    ts = PyEval_SaveThread();
+    res = hcclCommInitRankConfig(&comm, nranks, id, rank, &config);
     if (res != hcclSuccess)
         snprintf(msg, sizeof(msg), "%s", hcclGetLastError(NULL));
-    Py_END_ALLOW_THREADS if (res != hcclSuccess)
-    {
-        Py_DECREF(c);
-        return hccl_py_raise(res, msg);
-    }
-    return comm_ready(c, comm);
+    PyEval_RestoreThread(ts);
+    return comm_made(c, comm, res, msg);
 }
 
 static PyObject *comm_from_env(PyTypeObject *type, PyObject *noargs)
@@ -131,20 +139,18 @@ static PyObject *comm_from_env(PyTypeObject *type, PyObject *noargs)
     hcclComm_t comm = NULL;
     hcclResult_t res;
     hccl_py_comm_t *c;
+    PyThreadState *ts;
     char msg[1024];
 
     (void)noargs;
     if (!(c = comm_alloc(type)))
         return NULL;
-    Py_BEGIN_ALLOW_THREADS res = hcclCommInitFromEnv(&comm);
+    ts = PyEval_SaveThread();
+    res = hcclCommInitFromEnv(&comm);
     if (res != hcclSuccess)
         snprintf(msg, sizeof(msg), "%s", hcclGetLastError(NULL));
-    Py_END_ALLOW_THREADS if (res != hcclSuccess)
-    {
-        Py_DECREF(c);
-        return hccl_py_raise(res, msg);
-    }
-    return comm_ready(c, comm);
+    PyEval_RestoreThread(ts);
+    return comm_made(c, comm, res, msg);
 }
 
 /* hccl.aio's dispatchers of this communicator: detach before the C side goes, flush after. */
