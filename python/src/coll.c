@@ -179,8 +179,11 @@ static PyObject *call_finish(call_t *c, hccl_py_comm_t *self, bool async)
         call_release(c);
         return NULL;
     }
+    /* Read with the GIL held: a destroy on another thread clears it (then waits for us). */
+    hcclComm_t comm = self->comm;
+
     if (!async) {
-        Py_BEGIN_ALLOW_THREADS res = call_run(c, self->comm);
+        Py_BEGIN_ALLOW_THREADS res = call_run(c, comm);
         if (res != hcclSuccess)
             snprintf(msg, sizeof(msg), "%s", hcclGetLastError(NULL));
         Py_END_ALLOW_THREADS hccl_py_comm_leave(self);
@@ -199,7 +202,7 @@ static PyObject *call_finish(call_t *c, hccl_py_comm_t *self, bool async)
         call_release(c);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS res = call_post(c, self->comm, &r->req);
+    Py_BEGIN_ALLOW_THREADS res = call_post(c, comm, &r->req);
     if (res != hcclSuccess)
         snprintf(msg, sizeof(msg), "%s", hcclGetLastError(NULL));
     Py_END_ALLOW_THREADS hccl_py_comm_leave(self);

@@ -245,7 +245,7 @@ static PyObject *comm_split(hccl_py_comm_t *c, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"color", "key", NULL};
     int color, key = -1;
-    hcclComm_t newcomm = NULL;
+    hcclComm_t comm, newcomm = NULL;
     hcclResult_t res;
     hccl_py_comm_t *nc;
     char msg[1024];
@@ -256,7 +256,8 @@ static PyObject *comm_split(hccl_py_comm_t *c, PyObject *args, PyObject *kw)
         key = c->rank;
     if (hccl_py_comm_enter(c, "split") < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS res = hcclCommSplit(c->comm, color, key, &newcomm);
+    comm = c->comm; /* with the GIL: a destroy on another thread clears it, then waits for us */
+    Py_BEGIN_ALLOW_THREADS res = hcclCommSplit(comm, color, key, &newcomm);
     if (res != hcclSuccess)
         snprintf(msg, sizeof(msg), "%s", hcclGetLastError(NULL));
     Py_END_ALLOW_THREADS hccl_py_comm_leave(c);
@@ -316,6 +317,7 @@ static PyObject *comm_dump_state(hccl_py_comm_t *c, PyObject *noargs)
     char *text = NULL;
     size_t len = 0;
     FILE *f;
+    hcclComm_t comm;
     hcclResult_t res;
     PyObject *out;
 
@@ -326,7 +328,8 @@ static PyObject *comm_dump_state(hccl_py_comm_t *c, PyObject *noargs)
         hccl_py_comm_leave(c);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    Py_BEGIN_ALLOW_THREADS res = hcclCommDumpState(c->comm, f);
+    comm = c->comm; /* with the GIL, as in split */
+    Py_BEGIN_ALLOW_THREADS res = hcclCommDumpState(comm, f);
     Py_END_ALLOW_THREADS fclose(f);
     hccl_py_comm_leave(c);
     if (res != hcclSuccess) {
