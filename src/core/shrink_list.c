@@ -20,6 +20,11 @@ hcclResult_t hccl_shrink_list_check(int nranks, int rank, const int *list, int c
     if (count > 0 && !list)
         return HCCL_FAIL(hcclInvalidArgument,
                          "hcclCommShrink: excludeRanks is NULL with excludeCount %d", count);
+    /* sorted holds nranks: a longer list repeats a rank, and must not be copied there. */
+    if (count > nranks)
+        return HCCL_FAIL(hcclInvalidArgument,
+                         "hcclCommShrink: excludeCount %d exceeds the communicator's %d ranks",
+                         count, nranks);
     for (int i = 0; i < count; i++)
         if (list[i] < 0 || list[i] >= nranks)
             return HCCL_FAIL(hcclInvalidArgument,

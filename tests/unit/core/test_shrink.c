@@ -37,6 +37,10 @@ static void test_list_check(void **state)
     assert_non_null(strstr(hcclGetLastError(NULL), "rank 2 is listed twice"));
     assert_int_equal(hccl_shrink_list_check(8, 3, list, 3, sorted), hcclInvalidUsage);
     assert_non_null(strstr(hcclGetLastError(NULL), "rank 3 excludes itself"));
+    /* More entries than ranks: refused before anything is copied into sorted (nranks long). */
+    assert_int_equal(hccl_shrink_list_check(2, 0, (int[]){1, 1, 1}, 3, sorted),
+                     hcclInvalidArgument);
+    assert_non_null(strstr(hcclGetLastError(NULL), "excludeCount 3 exceeds"));
 }
 
 static void test_renumber(void **state)
