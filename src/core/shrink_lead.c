@@ -43,13 +43,22 @@ bool hccl_shrink_keep_early(const hccl_shrink_t *sh, int fd)
     uint64_t comm_id;
     ssize_t n;
 
-    /* Peeked, not read: the hello stays whole for the shrink that takes it. Its head comes in
-     * one piece but for rare splits, which are waited out in steps of a millisecond. */
-    while ((n = recv(fd, head, sizeof(head), MSG_PEEK)) != (ssize_t)sizeof(head)) {
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || hccl_now_ms() > until)
-            return false;
-        poll(NULL, 0, n > 0 ? 1 : 10);
+    /* Peeked, not read: the hello stays whole for the shrink that takes it. The socket says
+     * readable only once the whole head is there (SO_RCVLOWAT), so we wait on that. */
+    int lowat = (int)sizeof(head);
+
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
+    while ((n = recv(fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT)) != (ssize_t)sizeof(head)) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+        int64_t left = until - hccl_now_ms();
+
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+            left <= 0 || poll(&pf, 1, (int)left) < 0 ||
+            (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return false; /* closed, failed or late before a whole head */
     }
+    lowat = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
     memcpy(&magic, head + offsetof(hccl_shrink_hello_t, magic), sizeof(magic));
     memcpy(&comm_id, head + offsetof(hccl_shrink_hello_t, comm_id), sizeof(comm_id));
     memcpy(&gen, head + offsetof(hccl_shrink_hello_t, gen), sizeof(gen));
