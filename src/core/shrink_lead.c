@@ -272,6 +272,47 @@ static hcclResult_t lead_on_input(const hccl_shrink_t *sh, int *fds, int i, char
     return hcclRemoteError;
 }
 
+/* Takes every hello waiting on the control listener. */
+static hcclResult_t lead_accept(const hccl_shrink_t *sh, const char *config, hccl_card_t *cards,
+                                int *fds, char *msg, size_t len, int *waiting_p)
+{
+    hcclResult_t res = hcclSuccess;
+
+    while (res == hcclSuccess && *waiting_p > 0) {
+        int fd = accept4(sh->parent->ctl_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        hcclResult_t took;
+        if (fd < 0)
+            break; /* EAGAIN: none left */
+        took = take_hello(sh, fd, config, cards, fds, msg, len);
+        if (took == hcclSuccess)
+            (*waiting_p)--;
+        else if (took != hcclInProgress)
+            res = took;
+    }
+    return res;
+}
+
+/* Reads whatever the joined survivors have sent, without waiting; pf and who have room for
+ * every survivor. */
+static hcclResult_t lead_pending_input(const hccl_shrink_t *sh, int *fds, struct pollfd *pf,
+                                       int *who, char *msg, size_t len, int *gone_p)
+{
+    hcclResult_t res = hcclSuccess;
+    int np = 0;
+
+    for (int i = 0; i < sh->size; i++)
+        if (fds[i] >= 0) {
+            who[np] = i;
+            pf[np++] = (struct pollfd){.fd = fds[i], .events = POLLIN | POLLRDHUP};
+        }
+    if (np == 0 || poll(pf, (nfds_t)np, 0) <= 0)
+        return hcclSuccess;
+    for (int i = 0; i < np && res == hcclSuccess; i++)
+        if (pf[i].revents)
+            res = lead_on_input(sh, fds, who[i], msg, len, gone_p);
+    return res;
+}
+
 /*
  * Waits for every survivor's hello, or the first reason to give up: a survivor that goes away
  * (its connection ends, or its process is seen to have exited), a disagreement, the deadline.
@@ -334,11 +375,11 @@ static hcclResult_t lead_collect(const hccl_shrink_t *sh, const char *config, in
             if (r != p->rank && sh->new_of[r] >= 0 && fds[sh->new_of[r]] == -1 &&
                 rank_exited(p, r)) {
                 /* What the survivors said before it went is its cause (a rank told that it
-                 * disagrees leaves): their input first, then the exit. */
-                if (poll(pf + 1, (nfds_t)(np - 1), 0) > 0)
-                    for (int i = 1; i < np && res == hcclSuccess; i++)
-                        if (pf[i].revents)
-                            res = lead_on_input(sh, fds, who[i], msg, len, gone_p);
+                 * disagrees leaves, and the survivor that told it may not even have been
+                 * accepted yet): every pending hello and input first, then the exit. */
+                res = lead_accept(sh, config, cards, fds, msg, len, &waiting);
+                if (res == hcclSuccess)
+                    res = lead_pending_input(sh, fds, pf, who, msg, len, gone_p);
                 if (res != hcclSuccess)
                     break;
                 snprintf(msg, len, "hcclCommShrink: rank %d (pid %u) exited during the shrink", r,
@@ -347,17 +388,8 @@ static hcclResult_t lead_collect(const hccl_shrink_t *sh, const char *config, in
                 res = hcclRemoteError;
             }
         }
-        while (res == hcclSuccess && waiting > 0 && (pf[0].revents & POLLIN)) {
-            int fd = accept4(p->ctl_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            hcclResult_t took;
-            if (fd < 0)
-                break; /* EAGAIN: none left */
-            took = take_hello(sh, fd, config, cards, fds, msg, len);
-            if (took == hcclSuccess)
-                waiting--;
-            else if (took != hcclInProgress)
-                res = took;
-        }
+        if (res == hcclSuccess && (pf[0].revents & POLLIN))
+            res = lead_accept(sh, config, cards, fds, msg, len, &waiting);
     }
     hccl_free(pf);
     hccl_free(who);
