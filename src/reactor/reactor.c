@@ -110,6 +110,13 @@ hcclResult_t hccl_reactor_create(struct event_base *external, int rank, hccl_rea
         res = HCCL_FAIL(hcclSystemError, "reactor: cannot register the wake fd");
         goto err_destroy;
     }
+    if (r->owns_base) {
+        r->watch_ev = evtimer_new(r->base, hccl_reactor_on_watch, r);
+        if (!r->watch_ev) {
+            res = HCCL_FAIL(hcclSystemError, "reactor: cannot create the watch timer");
+            goto err_destroy;
+        }
+    }
     *r_p = r;
     return hcclSuccess;
 
@@ -185,6 +192,9 @@ void hccl_reactor_destroy(hccl_reactor_t *r)
     if (r->wake_ev)
         event_free(r->wake_ev);
     r->wake_ev = NULL;
+    if (r->watch_ev)
+        event_free(r->watch_ev);
+    r->watch_ev = NULL;
     if (r->owns_base && r->base)
         event_base_free(r->base);
     r->base = NULL;
@@ -264,6 +274,7 @@ void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns)
     /* A thread blocked in a wait has nothing else to do: it drives for longer before it sleeps,
      * since a sleep hands the work to the progress thread and costs a wake-up to come back. */
     r->wait_spin_ns = 20 * r->spin_ns;
+    r->watch_ns = HCCL_WATCH_PERIODS * r->spin_ns;
 }
 
 void hccl_reactor_set_cores_shared(hccl_reactor_t *r, bool shared)

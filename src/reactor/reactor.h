@@ -94,10 +94,14 @@ typedef struct {
     void *arg;
 } hccl_help_t;
 bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h);
+/* One look at the posts and pollers on this thread when nobody else is running them (a
+ * caller testing a request); the polling flags stay as they are. */
+void hccl_reactor_look(hccl_reactor_t *r);
 /* Posts without waking the progress thread when the caller is about to help (a blocking call). */
 void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post);
 /* Posts, and runs the post queue on the calling thread when nobody else is running it (and
- * ranks do not share cores). */
+ * ranks do not share cores). While the progress thread watches (reactor_impl.h), a post that
+ * finds the polling flags left set by a waiter leaves them so. */
 void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post);
 /* How long the progress thread and waiters spin without progress before they sleep (0: never). */
 void hccl_reactor_set_spin(hccl_reactor_t *r, int64_t spin_ns);

@@ -77,6 +77,21 @@ static bool reactor_poll_once(hccl_reactor_t *r)
     return reactor_run_pollers(r) || moved;
 }
 
+/*
+ * One look that leaves the polling flags set for the waiter that set them (orphaned): posts
+ * made during it need no ring, since it runs them; one left after it wakes the progress
+ * thread. Under prog_mtx, with orphan set.
+ */
+static void reactor_quiet_look(hccl_reactor_t *r)
+{
+    atomic_store(&r->orphan, false);
+    reactor_poll_once(r);
+    reactor_run_all_posts(r);
+    atomic_store(&r->orphan, true);
+    if (atomic_load(&r->post_head))
+        hccl_reactor_wake(r);
+}
+
 /* Stops polling: clears the flags first, then looks once more, since a peer that saw them
  * set did not ring. True if that look found work. Under prog_mtx. */
 static bool reactor_stop_polling(hccl_reactor_t *r)
@@ -98,6 +113,12 @@ static bool reactor_spin(hccl_reactor_t *r)
 
     if (pthread_mutex_trylock(&r->prog_mtx) != 0)
         return false; /* a waiter drives: it clears the flags when it stops */
+    if (atomic_load(&r->watch_armed) && atomic_load(&r->orphan)) {
+        /* Calls come and are waited for quietly: one look, and the flags stay as they are. */
+        reactor_quiet_look(r);
+        pthread_mutex_unlock(&r->prog_mtx);
+        return false;
+    }
     r->thread_spinning = true;
     atomic_store(&r->orphan, false);
     reactor_set_polling(r, true);
@@ -130,6 +151,50 @@ static bool reactor_spin(hccl_reactor_t *r)
     return found;
 }
 
+/*
+ * The watch fired: a whole period without a waiter driving while requests are pending means
+ * their caller computes, so the spin that follows takes over (the flags are cleared and peers
+ * ring from then on); a period without quiet posts or pending requests ends the watch. Else
+ * it is armed again before the thread sleeps.
+ */
+void hccl_reactor_on_watch(evutil_socket_t fd, short what, void *arg)
+{
+    hccl_reactor_t *r = arg;
+
+    (void)fd, (void)what;
+    if (pthread_mutex_trylock(&r->prog_mtx) != 0)
+        return; /* a waiter drives now */
+    if (atomic_load(&r->pending) > 0 ? r->drives == r->drives_at_watch : r->quiet_posts == 0) {
+        atomic_store(&r->watch_armed, false);
+        atomic_store(&r->watch_wanted, false);
+    }
+    r->quiet_posts = 0;
+    r->drives_at_watch = r->drives;
+    pthread_mutex_unlock(&r->prog_mtx);
+}
+
+/* Before the progress thread sleeps: the watch runs while it is wanted, from its first
+ * arming on; the timer keeps its deadline when other events wake the thread first. */
+static void reactor_arm_watch(hccl_reactor_t *r)
+{
+    struct timeval tv;
+
+    if (!r->watch_ev || r->watch_ns <= 0 || !atomic_load(&r->watch_wanted) ||
+        evtimer_pending(r->watch_ev, NULL))
+        return;
+    tv.tv_sec = (time_t)(r->watch_ns / 1000000000);
+    tv.tv_usec = (suseconds_t)(r->watch_ns % 1000000000 / 1000);
+    if (evtimer_add(r->watch_ev, &tv) != 0)
+        return;
+    pthread_mutex_lock(&r->prog_mtx);
+    if (!atomic_load(&r->watch_armed)) {
+        atomic_store(&r->watch_armed, true);
+        r->quiet_posts = 0;
+        r->drives_at_watch = r->drives;
+    }
+    pthread_mutex_unlock(&r->prog_mtx);
+}
+
 void *hccl_reactor_thread_main(void *arg)
 {
     hccl_reactor_t *r = arg;
@@ -137,6 +202,7 @@ void *hccl_reactor_thread_main(void *arg)
     hccl_log_set_rank(r->rank);
     hccl_tl_running = r;
     while (!atomic_load(&r->stopping)) {
+        reactor_arm_watch(r);
         if (event_base_loop(r->base, EVLOOP_ONCE) < 0) {
             HCCL_WARN("reactor: event_base_loop failed; progress thread stops");
             break;
@@ -170,6 +236,7 @@ bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h)
     }
     hccl_tl_running =
         r; /* what it runs is the reactor's work: a blocking call from it is refused */
+    r->drives++;
     atomic_store(&r->orphan, false);
     reactor_set_polling(r, true);
     idle_since = 0; /* set after the first idle rounds */
@@ -248,6 +315,24 @@ bool hccl_reactor_help(hccl_reactor_t *r, const int *state, int done)
     return hccl_reactor_help_until(r, &(hccl_help_t){help_state_done, NULL, &w});
 }
 
+void hccl_reactor_look(hccl_reactor_t *r)
+{
+    const hccl_reactor_t *outer = hccl_tl_running;
+
+    if (outer == r || !r->drivable || r->spin_ns <= 0 || pthread_mutex_trylock(&r->prog_mtx) != 0)
+        return;
+    if (r->drivable) {
+        hccl_tl_running = r;
+        r->drives++;
+        if (atomic_load(&r->orphan))
+            reactor_quiet_look(r);
+        else
+            reactor_poll_once(r);
+        hccl_tl_running = outer;
+    }
+    pthread_mutex_unlock(&r->prog_mtx);
+}
+
 void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post)
 {
     hccl_post_t *head = hccl_reactor_post_push(r, post);
@@ -261,23 +346,39 @@ void hccl_reactor_post_then_help(hccl_reactor_t *r, hccl_post_t *post)
         hccl_reactor_wake(r);
 }
 
+/* An Async call found the flags left set by a waiter: the progress thread arms its watch
+ * before it sleeps again, woken once for it where it sleeps now. */
+static void reactor_want_watch(hccl_reactor_t *r)
+{
+    if (r->watch_ev && !atomic_exchange(&r->watch_wanted, true))
+        hccl_reactor_wake(r);
+}
+
 void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post)
 {
     const hccl_reactor_t *outer = hccl_tl_running;
+    bool quiet = atomic_load(&r->orphan) && atomic_load(&r->watch_armed);
 
     /*
      * Nobody runs the reactor's work now: start it on this thread, so that its first sends go
      * out at once instead of after the progress thread's wake-up. What it then waits for
-     * wakes the progress thread as any message does: the flags are cleared first. Not where
-     * ranks share cores: there it makes more context switches per collective, not fewer.
+     * wakes the progress thread as any message does (the flags are cleared first), unless
+     * the watch is armed. Where ranks share cores only then: a wake-up per call there makes
+     * more context switches per collective, not fewer.
      */
-    if (outer != r && r->drivable && !r->cores_shared && hccl_reactor_idle(r) &&
+    if (outer != r && r->drivable && (!r->cores_shared || quiet) && hccl_reactor_idle(r) &&
         pthread_mutex_trylock(&r->prog_mtx) == 0) {
-        if (r->drivable && hccl_reactor_idle(r)) {
+        quiet = atomic_load(&r->orphan) && r->watch_armed;
+        if (r->drivable && hccl_reactor_idle(r) && (!r->cores_shared || quiet)) {
             hccl_reactor_post_push(r, post);
             hccl_tl_running = r;
-            if (atomic_load(&r->orphan)) {
-                /* Peers did not ring while the flags were set: one look at the rings too. */
+            if (quiet) {
+                /* The watch takes over if nobody drives: the flags stay set, and peers did
+                 * not ring while they were, so one look at the rings too. */
+                r->quiet_posts++;
+                reactor_quiet_look(r);
+            } else if (atomic_load(&r->orphan)) {
+                reactor_want_watch(r);
                 atomic_store(&r->orphan, false);
                 reactor_stop_polling(r);
             } else {
@@ -289,6 +390,8 @@ void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post)
         }
         pthread_mutex_unlock(&r->prog_mtx);
     }
+    if (atomic_load(&r->orphan))
+        reactor_want_watch(r);
     hccl_reactor_post(r, post);
 }
 

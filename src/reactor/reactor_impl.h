@@ -2,6 +2,8 @@
 #ifndef HCCL_REACTOR_IMPL_H
 #define HCCL_REACTOR_IMPL_H
 
+#include <event2/event.h>
+
 #include "reactor/reactor.h"
 
 struct hccl_reactor {
@@ -44,10 +46,30 @@ struct hccl_reactor {
      * peers do not ring for what only a next call can use; that call either drives itself or
      * posts, and a post rings while the flags are orphaned. */
     atomic_bool orphan;            /* flags set, nobody polling */
+    /* The watch: while it is armed, a post under orphaned flags leaves them set, so that an
+     * Async call followed by its wait costs no doorbell on the peers and no wake-up here. The
+     * progress thread then wakes every watch period and takes over the requests that nobody
+     * drove for a whole period (an Async call whose caller computes instead of waiting);
+     * after a period without such posts it stops watching. */
+    struct event *watch_ev;        /* the progress thread's timer (owned base only) */
+    int64_t watch_ns;              /* its period: HCCL_WATCH_PERIODS spins */
+    atomic_bool watch_wanted;      /* a post found the flags orphaned and no watch armed */
+    atomic_bool watch_armed;       /* changed under prog_mtx: set by the progress thread with
+                                      the timer pending; posts may then leave the flags set */
+    uint64_t quiet_posts;          /* under prog_mtx: posts that left them set, this period */
+    uint64_t drives;               /* under prog_mtx: waiters that drove, ever */
+    uint64_t drives_at_watch;      /* the progress thread's: drives when the watch last fired */
 };
 
 /* The reactor whose work this thread is running right now (reactor.c). */
 extern _Thread_local HCCL_TLS_FAST const hccl_reactor_t *hccl_tl_running;
+
+/* The watch period, in spin periods: long enough that its wake-ups cost a few percent of a
+ * core, short enough that an Async call left alone still starts soon (docs/design.md). */
+#define HCCL_WATCH_PERIODS 4
+
+/* The watch timer's callback (reactor_drive.c). */
+void hccl_reactor_on_watch(evutil_socket_t fd, short what, void *arg);
 
 /* Runs the posts queued now, in posting order. */
 void hccl_reactor_run_posts(hccl_reactor_t *r);

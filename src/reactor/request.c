@@ -196,8 +196,13 @@ HCCL_API hcclResult_t hcclTest(hcclRequest_t *req_p, int *done)
         return hcclSuccess;
     }
     HCCL_CHECK(request_check(*req_p, "hcclTest"));
-    if (!hccl_request_is_done(*req_p) && hccl_reactor_is_external((*req_p)->reactor))
-        hccl_reactor_drive((*req_p)->reactor, 0);
+    if (!hccl_request_is_done(*req_p)) {
+        /* The tester drives: a borrowed loop through libevent, our own with one look. */
+        if (hccl_reactor_is_external((*req_p)->reactor))
+            hccl_reactor_drive((*req_p)->reactor, 0);
+        else
+            hccl_reactor_look((*req_p)->reactor);
+    }
     if (!hccl_request_is_done(*req_p)) {
         *done = 0;
         return hcclSuccess;

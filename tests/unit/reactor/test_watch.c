@@ -1,0 +1,149 @@
+/*
+ * The reactor's watch (reactor_impl.h): a post that finds the polling flags left set by a
+ * waiter leaves them set while the progress thread watches, and the progress thread still
+ * finishes what the post started when its caller never comes back to wait or test.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "reactor/reactor_impl.h"
+
+/* A link stand-in: its input is "arrived" (no doorbell: the flags were set); a look at it
+ * takes the input and says so on a condition the test waits on. */
+typedef struct {
+    atomic_int arrived;
+    atomic_int taken;
+    pthread_t taken_on;
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+} fake_link_t;
+
+static bool fake_poll(void *arg)
+{
+    fake_link_t *l = arg;
+
+    if (!atomic_load(&l->arrived) || atomic_load(&l->taken))
+        return false;
+    pthread_mutex_lock(&l->mtx);
+    l->taken_on = pthread_self();
+    atomic_store(&l->taken, 1);
+    pthread_cond_broadcast(&l->cond);
+    pthread_mutex_unlock(&l->mtx);
+    return true;
+}
+
+static bool done_at_once(void *arg)
+{
+    (void)arg;
+    return true;
+}
+
+static void count_run(hccl_post_t *post)
+{
+    (void)post;
+}
+
+/* Waits up to 10 s for the link's input to be taken: an event, with a hard bound. */
+static bool wait_taken(fake_link_t *l)
+{
+    struct timespec ts;
+    bool taken;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 10;
+    pthread_mutex_lock(&l->mtx);
+    while (!atomic_load(&l->taken))
+        if (pthread_cond_timedwait(&l->cond, &l->mtx, &ts) != 0)
+            break;
+    taken = atomic_load(&l->taken);
+    pthread_mutex_unlock(&l->mtx);
+    return taken;
+}
+
+/* Waits, yielding, up to 10 s for the progress thread to arm its watch. */
+static bool wait_armed(hccl_reactor_t *r)
+{
+    struct timespec t0, t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!atomic_load(&r->watch_armed)) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 10)
+            return false;
+        sched_yield();
+    }
+    return true;
+}
+
+static void test_watch_takes_over(void **state)
+{
+    hccl_reactor_t *r = NULL;
+    fake_link_t l = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    hccl_post_t first = {.fn = count_run}, second = {.fn = count_run};
+    struct hcclRequest *req = NULL;
+
+    (void)state;
+    assert_int_equal(hccl_reactor_create(NULL, 0, &r), hcclSuccess);
+    hccl_reactor_set_spin(r, 50000);
+    hccl_reactor_set_cores_shared(r, false);
+    hccl_reactor_set_drivable(r, true);
+    assert_int_equal(hccl_reactor_add_poller(r, &(hccl_poller_t){fake_poll, NULL, &l}),
+                     hcclSuccess);
+    assert_int_equal(hccl_reactor_start(r), hcclSuccess);
+
+    /* A waiter that finished with nothing in flight leaves the flags set; the next post
+     * clears them (nobody watches yet) and has the progress thread arm its watch. */
+    assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
+    assert_true(atomic_load(&r->orphan));
+    hccl_reactor_post_and_start(r, &first);
+    assert_false(atomic_load(&r->orphan));
+    assert_true(wait_armed(r));
+
+    /* Again, now watched: the post leaves the flags set, so a peer would not ring. */
+    assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
+    assert_int_equal(hccl_request_create(r, &req), hcclSuccess); /* the call's request */
+    hccl_reactor_post_and_start(r, &second);
+    assert_true(hccl_reactor_polled(r) || atomic_load(&r->orphan));
+
+    /* Its input arrives while the caller computes: the progress thread takes it. */
+    atomic_store(&l.arrived, 1);
+    assert_true(wait_taken(&l));
+    assert_false(pthread_equal(l.taken_on, pthread_self()));
+
+    hccl_request_complete(req, hcclSuccess, NULL);
+    hccl_request_release(req);
+    hccl_reactor_destroy(r);
+}
+
+/* With no Async calls, the watch is never armed: a waiter's calls cost the thread nothing. */
+static void test_watch_idle_without_async(void **state)
+{
+    hccl_reactor_t *r = NULL;
+
+    (void)state;
+    assert_int_equal(hccl_reactor_create(NULL, 0, &r), hcclSuccess);
+    hccl_reactor_set_spin(r, 50000);
+    hccl_reactor_set_cores_shared(r, false);
+    hccl_reactor_set_drivable(r, true);
+    assert_int_equal(hccl_reactor_start(r), hcclSuccess);
+    for (int i = 0; i < 100; i++)
+        assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
+    assert_false(atomic_load(&r->watch_wanted));
+    assert_false(atomic_load(&r->watch_armed));
+    hccl_reactor_destroy(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_watch_takes_over),
+        cmocka_unit_test(test_watch_idle_without_async),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
