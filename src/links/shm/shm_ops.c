@@ -100,8 +100,15 @@ static bool shm_poll(void *arg)
 static void shm_set_polling(void *arg, bool on)
 {
     shm_ctx_t *ctx = arg;
+    _Atomic uint32_t *flag = &((shm_seg_hdr_t *)ctx->seg)->polling;
 
-    atomic_store_explicit(&((shm_seg_hdr_t *)ctx->seg)->polling, on, memory_order_seq_cst);
+    /* Peers read the flag on every publication: rewriting an unchanged one would take its
+     * line away from them each time. The fence keeps the store-then-look order of a change
+     * (see hccl_shm_ring_bell) for a flag already set as well. */
+    if (atomic_load_explicit(flag, memory_order_relaxed) != (uint32_t)on)
+        atomic_store_explicit(flag, on, memory_order_seq_cst);
+    else
+        atomic_thread_fence(memory_order_seq_cst);
 }
 
 static void shm_peer_gone(shm_conn_t *sc);
