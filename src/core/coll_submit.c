@@ -15,11 +15,12 @@ void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult
     req->timer = NULL;
     req->run = NULL;
     /* A failure reports the communicator's root cause, once it has settled (comm_cause.c). */
-    snprintf(text, sizeof(text), "%s", msg ? msg : "");
-    if (hccl_comm_cause_hold(comm, req, &res, text, sizeof(text)))
-        return;
-    if (res != hcclSuccess)
+    if (res != hcclSuccess) {
+        snprintf(text, sizeof(text), "%s", msg ? msg : "");
+        if (hccl_comm_cause_hold(comm, req, &res, text, sizeof(text)))
+            return;
         msg = text;
+    }
     hccl_request_complete(req, res, msg); /* req may be gone after this */
     if (comm->faults) {
         /* Before the count drops: once it is zero, a destroy may free comm. */

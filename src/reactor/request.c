@@ -42,12 +42,8 @@ void hccl_request_release(struct hcclRequest *req)
 
 bool hccl_request_is_done(struct hcclRequest *req)
 {
-    bool done;
-
-    pthread_mutex_lock(&req->reactor->done_mtx);
-    done = req->state == HCCL_REQ_DONE;
-    pthread_mutex_unlock(&req->reactor->done_mtx);
-    return done;
+    /* DONE is stored last, with release, after the result and the callback. */
+    return __atomic_load_n(&req->state, __ATOMIC_ACQUIRE) == HCCL_REQ_DONE;
 }
 
 void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char *errmsg)
@@ -62,20 +58,14 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
     req->result = res;
     if (res != hcclSuccess && errmsg)
         req->errmsg = strdup(errmsg);
-    cb = req->cb;
-    pthread_mutex_unlock(&r->done_mtx);
-
-    /* The callback has returned before any waiter learns the request is done. */
-    if (cb)
-        cb(req, res, req->cb_arg);
-
-    pthread_mutex_lock(&r->done_mtx);
-    if (!cb && req->cb) {
-        /* Set while we were completing: it is still ours to run, before DONE. */
-        cb = req->cb;
+    /* The callback has returned before any waiter learns the request is done; one set while
+     * the lock was let go for it is still ours to run (the lock is held throughout when there
+     * is none). */
+    for (hccl_request_cb_t ran = NULL; (cb = req->cb) != ran;) {
         pthread_mutex_unlock(&r->done_mtx);
         cb(req, res, req->cb_arg);
         pthread_mutex_lock(&r->done_mtx);
+        ran = cb;
     }
     /* Decided with DONE, under the lock that hccl_reactor_completion_fd takes: a request seen
      * done before the caller asked for the fd is never counted on it afterwards. */
