@@ -138,6 +138,8 @@ static void request_block(struct hcclRequest *req)
 
     if (!hccl_reactor_is_external(r))
         request_spin(req);
+    if (hccl_request_is_done(req))
+        return;
     pthread_mutex_lock(&r->done_mtx);
     while (req->state != HCCL_REQ_DONE) {
         struct timespec ts;
