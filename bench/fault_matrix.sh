@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # fault_matrix.sh [BUILD_DIR] [REPEAT]
 # Per fault (a killed rank, a rank late past the exec timeout, a mismatch with aborting ranks at
-# either end, a rank that never arrives), at 2, 4 and 8 ranks over shm and tcp: the share of
-# reporting ranks whose code and root cause text are the fault's (and all the same), and the
-# time from the fault to each rank's error. The fault's moment: the kill; for a timeout, its
-# deadline (the first post of the collective + HCCL_EXEC_TIMEOUT), so the figure is the time
-# past it (the late rank itself is left out: it hears of it when it arrives); for a mismatch,
-# the last post of the collective (a rank that posts after the cause has settled fails at
-# once). An absent rank is not timed: the connect deadline runs from the rendezvous' start. Runs tests/mp/cause_test.sh,
-# REPEAT times per cell (default 3); raw lines and the table go to bench/results/
-# (FAULT_MATRIX_RAW=FILE summarizes an earlier run's raw lines again).
+# either end, a rank that never arrives), at 2, 4, 8 and 16 ranks over shm, tcp and two hosts
+# (hosts2: HCCL_HOST_ID splits the ranks in halves, shm within each, tcp between; choose with
+# FAULT_MATRIX_LINKS and FAULT_MATRIX_NRANKS): the share of reporting ranks whose code and root
+# cause text are the fault's (and all the same), and the time from the fault to each rank's
+# error. The fault's moment: the kill; for a timeout, its deadline (the first post of the
+# collective + HCCL_EXEC_TIMEOUT), so the figure is the time past it (the late rank itself is
+# left out: it hears of it when it arrives); for a mismatch, the last post of the collective (a
+# rank that posts after the cause has settled fails at once). An absent rank is not timed: the
+# connect deadline runs from the rendezvous' start. Runs tests/mp/cause_test.sh, REPEAT times
+# per cell (default 3); raw lines and the table go to bench/results/ (FAULT_MATRIX_RAW=FILE
+# summarizes an earlier run's raw lines again).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -22,9 +24,9 @@ table=${raw%.raw}.txt
 
 # FAULT_MATRIX_RAW=FILE: summarize an earlier run's raw lines instead of running again.
 [ -n "${FAULT_MATRIX_RAW:-}" ] || : >"$raw"
-for link in shm tcp; do
+for link in ${FAULT_MATRIX_LINKS:-shm tcp hosts2}; do
     [ -n "${FAULT_MATRIX_RAW:-}" ] && break
-    for n in 2 4 8; do
+    for n in ${FAULT_MATRIX_NRANKS:-2 4 8 16}; do
         for ((i = 0; i < repeat; i++)); do
             CAUSE_OUT=$raw bash "$here/../tests/mp/cause_test.sh" "$build/tools/hccl-run" \
                 "$build/tests/mp/mp_cause" "$link" "$n" >/dev/null 2>&1
@@ -74,10 +76,10 @@ function flush(   k, key, f, r, d) {
     if (++votes[k, text] > best[k]) { best[k] = votes[k, text]; majority[k] = text }
 }
 END {
-    printf "%-5s %-3s %-10s %-22s %-10s %-10s\n", "link", "n", "fault", "root cause reported", "mean ms", "max ms"
+    printf "%-6s %-3s %-10s %-22s %-10s %-10s\n", "link", "n", "fault", "root cause reported", "mean ms", "max ms"
     for (key in cells) {
         split(key, a, " ")
-        printf "%-5s %-3s %-10s %5d of %-5d (%3.0f%%)  %-10s %-10s\n", a[1], a[2], a[3], ok_n[key], want_n[key],
+        printf "%-6s %-3s %-10s %5d of %-5d (%3.0f%%)  %-10s %-10s\n", a[1], a[2], a[3], ok_n[key], want_n[key],
             want_n[key] ? 100 * ok_n[key] / want_n[key] : 0,
             cnt[key] ? sprintf("%.1f", sum[key] / cnt[key]) : "-", cnt[key] ? sprintf("%.1f", max[key]) : "-"
     }

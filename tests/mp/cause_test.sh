@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # cause_test.sh HCCL_RUN MP_CAUSE LINK NRANKS [CASE...]
+# LINK: shm, tcp, or hosts2 (two hosts by HCCL_HOST_ID: shm within each half, tcp between).
 # Every rank that reports a fault (mp_cause.c) must report the same code and the same root
 # cause text, naming the rank where it started: a killed rank, a rank late past the exec
 # timeout, a mismatch whose ranks abort at once (either end calling the odd collective), a
@@ -18,14 +19,22 @@ mismatch0|0|hcclInvalidUsage|HCCL_CHECK=1|yes|collective mismatch at seq 1
 mismatch|$last|hcclInvalidUsage|HCCL_CHECK=1|yes|collective mismatch at seq 1
 absent|$last|hcclTimeout|HCCL_CONNECT_TIMEOUT=3|no|$last"
 
+links=$link wrap=()
+if [ "$link" = hosts2 ]; then
+    links=""
+    # shellcheck disable=SC2016
+    wrap=(sh -c 'HCCL_HOST_ID=host$((RANK * 2 / $HCCL_CAUSE_N)) exec "$0" "$@"')
+    export HCCL_CAUSE_N=$n
+fi
+
 fails=0
 fail() { echo "FAIL [$link n=$n $1]: $2"; fails=$((fails + 1)); }
 
 run_case() {
     local name=$1 victim=$2 want=$3 extra=$4 victim_reports=$5 needle=$6 out first="" count=0
     # shellcheck disable=SC2086
-    out=$(env HCCL_LINKS="$link" HCCL_CALIBRATE=0 HCCL_CONNECT_TIMEOUT=30 HCCL_RUN_GRACE_S=20 $extra \
-              timeout 90 "$run" -n "$n" --timeout 60 "$prog" --case "${name%0}" --victim "$victim" 2>&1)
+    out=$(env ${links:+HCCL_LINKS="$links"} HCCL_CALIBRATE=0 HCCL_CONNECT_TIMEOUT=30 HCCL_RUN_GRACE_S=20 $extra \
+              timeout 90 "$run" -n "$n" --timeout 60 "${wrap[@]}" "$prog" --case "${name%0}" --victim "$victim" 2>&1)
     echo "--- $link n=$n $name (launcher rc $?)"
     grep -E "^(CAUSE|FULL) " <<<"$out"
     [ -n "${CAUSE_OUT:-}" ] && grep -E "^(CAUSE|MARK) " <<<"$out" |
