@@ -11,18 +11,9 @@
 #include <string.h>
 
 #include "hccl.h"
+#include "mp_check.h"
 
 static int g_rank = -1, g_n = 0, g_bad = 0;
-
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        hcclResult_t r_ = (call);                                                        \
-        if (r_ != hcclSuccess) {                                                         \
-            fprintf(stderr, "rank %d: %s failed: %s (%s)\n", g_rank, #call,              \
-                    hcclGetErrorString(r_), hcclGetLastError(NULL));                     \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 #define EXPECT(cond, ...)                                                                \
     do {                                                                                 \

@@ -21,18 +21,9 @@
 #include <pmix.h>
 
 #include "hccl.h"
+#include "mp_check.h"
 
 static int g_rank = -1;
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        hcclResult_t r_ = (call);                                                                  \
-        if (r_ != hcclSuccess) {                                                                   \
-            fprintf(stderr, "rank %d: %s failed: %s (%s)\n", g_rank, #call,                        \
-                    hcclGetErrorString(r_), hcclGetLastError(NULL));                               \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static double now_ms(void)
 {

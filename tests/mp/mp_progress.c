@@ -13,18 +13,9 @@
 #include <stdlib.h>
 
 #include "hccl.h"
+#include "mp_check.h"
 
 static int g_rank = -1;
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        hcclResult_t r_ = (call);                                                                  \
-        if (r_ != hcclSuccess) {                                                                   \
-            fprintf(stderr, "rank %d: %s failed: %s (%s)\n", g_rank, #call,                        \
-                    hcclGetErrorString(r_), hcclGetLastError(NULL));                               \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* Async calls waited for at once: the quiet pattern a round starts from. */
 static void warm(float *buf, size_t count, hcclComm_t world)
