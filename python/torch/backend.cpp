@@ -1,6 +1,7 @@
 // hccl.torch: the backend's plumbing. The rendezvous through the c10d store, the Work objects
-// and their futures, and the completion thread that finishes requests: it watches the
-// communicator's completion fd, so no torch code ever runs on hccl's reactor thread.
+// and their futures, and the completion thread that finishes the requests nobody waits for:
+// a request's callback only rings it, so no torch code ever runs on hccl's reactor thread,
+// and a request that wait() finishes costs no wake-up of it.
 #include "backend.hpp"
 
 #include <poll.h>
@@ -93,10 +94,21 @@ void Work::complete(hcclResult_t res, const std::string &msg)
         future_->markCompleted(c10::IValue(outputs_));
 }
 
+void Work::onDone(hcclRequest_t req, hcclResult_t res, void *arg)
+{
+    Work *w = static_cast<Work *>(arg);
+
+    (void)req, (void)res;
+    w->done_.store(true);
+    if (!w->waited_.load())
+        w->backend_->wakeCompletion();
+}
+
 bool Work::wait(std::chrono::milliseconds timeout)
 {
     if (timeout == kNoTimeout) {
         std::unique_lock<std::mutex> l(req_mtx_);
+        waited_.store(true);
         if (req_) {
             hcclResult_t res = hcclWait(&req_);
             std::string msg = res == hcclSuccess ? "" : failureText(what_.c_str(), res);
@@ -145,11 +157,6 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int siz
     config.execTimeoutMs = (int)std::min<int64_t>(timeout.count(), INT_MAX);
     if ((res = hcclCommInitRankConfig(&comm_, size, id, rank, &config)) != hcclSuccess)
         throwResult(res, failureText("init", res));
-    if ((res = hcclCommGetCompletionFd(comm_, &completion_fd_)) != hcclSuccess) {
-        std::string msg = failureText("init (completion fd)", res);
-        hcclCommDestroy(comm_);
-        throwResult(res, msg);
-    }
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) {
         hcclCommDestroy(comm_);
@@ -160,17 +167,23 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int siz
     live.insert(this);
 }
 
+void Backend::wakeCompletion()
+{
+    uint64_t one = 1;
+
+    if (write(wake_fd_, &one, sizeof(one)) < 0) {
+        // eventfd writes fail only on overflow: the thread is awake anyway.
+    }
+}
+
 void Backend::stopCompletion()
 {
     std::lock_guard<std::mutex> l(stop_mtx_);
-    uint64_t one = 1;
 
     if (!completion_thread_.joinable())
         return;
     stop_.store(true);
-    if (write(wake_fd_, &one, sizeof(one)) < 0) {
-        // eventfd writes fail only on overflow: the thread is awake anyway.
-    }
+    wakeCompletion();
     completion_thread_.join();
     // What is still in flight finishes (a dead peer or the exec timeout fails it) here.
     std::lock_guard<std::mutex> p(pending_mtx_);
@@ -230,15 +243,24 @@ c10::intrusive_ptr<c10d::Work> Backend::post(const char *what, c10d::OpType type
     std::string msg;
 
     work->what_ = what;
+    work->backend_ = this;
     {
-        // Posted and listed under one lock: the completion thread, which reads the fd before
-        // it scans the list under this lock, cannot miss a request that completes at once.
+        // Posted and listed under one lock: the completion thread, which reads its wake fd
+        // before it scans the list under this lock, cannot miss a request that completes at
+        // once (its callback then runs here, and rings).
         std::lock_guard<std::mutex> l(pending_mtx_);
         res = fn(comm_, &work->req_);
-        if (res == hcclSuccess)
+        if (res == hcclSuccess) {
             pending_.push_back(work);
-        else
+            res = hcclRequestSetCallback(work->req_, Work::onDone, work.get());
+            if (res != hcclSuccess) { // cannot happen for a fresh request; never leave it
+                msg = failureText(what, res);
+                hcclWait(&work->req_);
+                pending_.pop_back();
+            }
+        } else {
             msg = failureText(what, res);
+        }
     }
     if (res != hcclSuccess) {
         work->req_ = nullptr;
@@ -249,7 +271,7 @@ c10::intrusive_ptr<c10d::Work> Backend::post(const char *what, c10d::OpType type
 
 void Backend::completionLoop()
 {
-    struct pollfd fds[2] = {{completion_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    struct pollfd fds[1] = {{wake_fd_, POLLIN, 0}};
     struct Done {
         c10::intrusive_ptr<Work> work;
         hcclResult_t res;
@@ -259,11 +281,9 @@ void Backend::completionLoop()
     uint64_t count;
 
     while (!stop_.load()) {
-        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+        if (poll(fds, 1, -1) < 0 && errno != EINTR)
             break;
-        if (read(completion_fd_, &count, sizeof(count)) < 0 && errno != EAGAIN)
-            break;
-        if ((fds[1].revents & POLLIN) && read(wake_fd_, &count, sizeof(count)) < 0 &&
+        if ((fds[0].revents & POLLIN) && read(wake_fd_, &count, sizeof(count)) < 0 &&
             errno != EAGAIN)
             break;
         {
@@ -279,12 +299,12 @@ void Backend::completionLoop()
                     it = pending_.erase(it);
                     continue;
                 }
-                int fin = 0;
-                hcclResult_t res = hcclTest(&w->req_, &fin);
-                if (!fin && res == hcclSuccess) {
+                if (!w->done_.load()) {
                     ++it;
                     continue;
                 }
+                // Its callback ran: the request is done, or is marked so right after it.
+                hcclResult_t res = hcclWait(&w->req_);
                 w->req_ = nullptr;
                 done.push_back(
                     {*it, res, res == hcclSuccess ? "" : failureText(w->what_.c_str(), res)});

@@ -46,10 +46,15 @@ class Work : public c10d::Work
     friend class Backend;
     // Called by the one thread that took the request to completion (req_ now NULL).
     void complete(hcclResult_t res, const std::string &msg);
-    bool tryFinish(); // the completion thread: never blocks
+    // The request's callback, on whichever thread completes it: wakes the completion thread
+    // unless a caller waits for this Work (it finishes it itself, without a thread hop).
+    static void onDone(hcclRequest_t req, hcclResult_t res, void *arg);
 
     std::mutex req_mtx_; // held by whoever tests or waits on req_
     hcclRequest_t req_ = nullptr;
+    Backend *backend_ = nullptr;
+    std::atomic<bool> waited_{false}; // wait() took it: nobody need be woken for it
+    std::atomic<bool> done_{false};   // its callback ran: the request is done, or about to be
     std::string what_; // "allreduce", for messages
     std::vector<at::Tensor> outputs_;
     std::vector<at::Tensor> keep_;
@@ -117,6 +122,7 @@ class Backend : public BackendBase
     }
 
   private:
+    friend class Work; // its callback rings the completion thread
     using PostFn = std::function<hcclResult_t(hcclComm_t, hcclRequest_t *)>;
     c10::intrusive_ptr<c10d::Work> post(const char *what, c10d::OpType type, PostFn fn,
                                         std::vector<at::Tensor> outputs,
@@ -129,9 +135,10 @@ class Backend : public BackendBase
     void completionLoop();
     void stopCompletion(); // idempotent; finishes what is in flight on the caller's thread
 
+    void wakeCompletion();
+
     hcclComm_t comm_ = nullptr;
-    int completion_fd_ = -1;
-    int wake_fd_ = -1;
+    int wake_fd_ = -1; // rung by a finished request nobody waits for, and to stop
     std::mutex pending_mtx_; // posting and the completion thread's scan
     std::deque<c10::intrusive_ptr<Work>> pending_;
     std::atomic<bool> stop_{false};
