@@ -368,7 +368,7 @@ void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post)
      */
     if (outer != r && r->drivable && (!r->cores_shared || quiet) && hccl_reactor_idle(r) &&
         pthread_mutex_trylock(&r->prog_mtx) == 0) {
-        quiet = atomic_load(&r->orphan) && r->watch_armed;
+        quiet = atomic_load(&r->orphan) && atomic_load(&r->watch_armed);
         if (r->drivable && hccl_reactor_idle(r) && (!r->cores_shared || quiet)) {
             hccl_reactor_post_push(r, post);
             hccl_tl_running = r;

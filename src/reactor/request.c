@@ -58,14 +58,14 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
     req->result = res;
     if (res != hcclSuccess && errmsg)
         req->errmsg = strdup(errmsg);
-    /* The callback has returned before any waiter learns the request is done; one set while
-     * the lock was let go for it is still ours to run (the lock is held throughout when there
-     * is none). */
-    for (hccl_request_cb_t ran = NULL; (cb = req->cb) != ran;) {
+    /* The callback has returned before any waiter learns the request is done. Without one the
+     * lock is held until DONE, so hcclRequestSetCallback either comes first (and it runs here)
+     * or sees DONE (and runs it itself); a request takes only one. */
+    cb = req->cb;
+    if (cb) {
         pthread_mutex_unlock(&r->done_mtx);
         cb(req, res, req->cb_arg);
         pthread_mutex_lock(&r->done_mtx);
-        ran = cb;
     }
     /* Decided with DONE, under the lock that hccl_reactor_completion_fd takes: a request seen
      * done before the caller asked for the fd is never counted on it afterwards. */
@@ -241,7 +241,7 @@ HCCL_API hcclResult_t hcclRequestSetCallback(hcclRequest_t req,
                                            "callback");
     }
     if (req->state != HCCL_REQ_DONE) {
-        /* Pending, or completing right now: the reactor runs it before it marks the request done. */
+        /* Pending: the reactor runs it before it marks the request done. */
         req->cb = fn;
         req->cb_arg = arg;
         pthread_mutex_unlock(&r->done_mtx);
