@@ -66,19 +66,23 @@ static bool wait_taken(fake_link_t *l)
     return taken;
 }
 
-/* Waits, yielding, up to 10 s for the progress thread to arm its watch. */
-static bool wait_armed(hccl_reactor_t *r)
+/* Waits, yielding, up to 10 s for the progress thread to arm its watch; returns holding the
+ * reactor's work, so that the watch cannot fire (and end or take over) until it is let go. */
+static bool enter_armed(hccl_reactor_t *r)
 {
     struct timespec t0, t;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (!atomic_load(&r->watch_armed)) {
+    for (;;) {
+        hccl_reactor_enter(r);
+        if (atomic_load(&r->watch_armed))
+            return true;
+        hccl_reactor_leave(r);
         clock_gettime(CLOCK_MONOTONIC, &t);
         if (t.tv_sec - t0.tv_sec > 10)
             return false;
         sched_yield();
     }
-    return true;
 }
 
 static void test_watch_takes_over(void **state)
@@ -103,13 +107,16 @@ static void test_watch_takes_over(void **state)
     assert_true(atomic_load(&r->orphan));
     hccl_reactor_post_and_start(r, &first);
     assert_false(atomic_load(&r->orphan));
-    assert_true(wait_armed(r));
+    assert_true(enter_armed(r));
 
-    /* Again, now watched: the post leaves the flags set, so a peer would not ring. */
+    /* Again, now watched (the work is ours, recursively, so the watch cannot fire meanwhile):
+     * the post leaves the flags set, so a peer would not ring. */
     assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
     assert_int_equal(hccl_request_create(r, &req), hcclSuccess); /* the call's request */
     hccl_reactor_post_and_start(r, &second);
-    assert_true(hccl_reactor_polled(r) || atomic_load(&r->orphan));
+    assert_true(atomic_load(&r->orphan));
+    assert_true(atomic_load(&r->polling));
+    hccl_reactor_leave(r);
 
     /* Its input arrives while the caller computes: the progress thread takes it. */
     atomic_store(&l.arrived, 1);
