@@ -234,6 +234,9 @@ hcclResult_t hccl_socket_listen(hccl_sockaddr_t *addr, int *fd_p);
 /* Blocking helpers with a deadline (hccl_now_ms() based); used only off the reactor. */
 hcclResult_t hccl_socket_connect_retry(const hccl_sockaddr_t *addr, int64_t deadline_ms,
                                        int *fd_p);
+/* The same, given up (hcclRemoteError) as soon as watch_fd (>= 0) becomes readable. */
+hcclResult_t hccl_socket_connect_watch(const hccl_sockaddr_t *addr, int64_t deadline_ms,
+                                       int watch_fd, int *fd_p);
 hcclResult_t hccl_socket_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms);
 hcclResult_t hccl_socket_recv_all(int fd, void *buf, size_t len, int64_t deadline_ms);
 /* Constant-time comparison of secrets. */

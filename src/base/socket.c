@@ -172,8 +172,20 @@ static int wait_fd(int fd, short events, int64_t deadline_ms)
     }
 }
 
+/* Waits ms (bounded by deadline_ms) for watch_fd (-1: none) to become readable: whether it did. */
+static bool watch_wait(int watch_fd, int ms, int64_t deadline_ms)
+{
+    struct pollfd p = {.fd = watch_fd, .events = POLLIN};
+    int64_t left = deadline_ms - hccl_now_ms();
+
+    if (left < ms)
+        ms = left > 0 ? (int)left : 0;
+    return poll(&p, watch_fd >= 0 ? 1 : 0, ms) > 0;
+}
+
 /* Connects, retrying while nobody listens yet (the peer may start later), until deadline. */
-hcclResult_t hccl_socket_connect_retry(const hccl_sockaddr_t *addr, int64_t deadline_ms, int *fd_p)
+hcclResult_t hccl_socket_connect_watch(const hccl_sockaddr_t *addr, int64_t deadline_ms,
+                                       int watch_fd, int *fd_p)
 {
     char buf[64];
     int delay_ms = 1;
@@ -200,9 +212,9 @@ hcclResult_t hccl_socket_connect_retry(const hccl_sockaddr_t *addr, int64_t dead
             last_err != ECONNRESET && last_err != EAGAIN)
             break;
         /* The listener is not there yet: back off, bounded, until the deadline. */
-        struct pollfd none = {.fd = -1};
-        int64_t left = deadline_ms - hccl_now_ms();
-        poll(&none, 0, left < delay_ms ? (int)(left > 0 ? left : 0) : delay_ms);
+        if (watch_wait(watch_fd, delay_ms, deadline_ms))
+            return HCCL_FAIL(hcclRemoteError, "connect to %s: called off",
+                             hccl_socket_addr_str(addr, buf, sizeof(buf)));
         delay_ms = delay_ms < 100 ? delay_ms * 2 : 100;
     } while (hccl_now_ms() < deadline_ms);
     if (hccl_now_ms() >= deadline_ms)
@@ -210,6 +222,11 @@ hcclResult_t hccl_socket_connect_retry(const hccl_sockaddr_t *addr, int64_t dead
                          hccl_socket_addr_str(addr, buf, sizeof(buf)), strerror(last_err));
     return HCCL_FAIL(hcclSystemError, "connect to %s: %s", hccl_socket_addr_str(addr, buf, sizeof(buf)),
                      strerror(last_err));
+}
+
+hcclResult_t hccl_socket_connect_retry(const hccl_sockaddr_t *addr, int64_t deadline_ms, int *fd_p)
+{
+    return hccl_socket_connect_watch(addr, deadline_ms, -1, fd_p);
 }
 
 hcclResult_t hccl_socket_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms)

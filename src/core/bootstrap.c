@@ -227,8 +227,6 @@ static void root_answer_all(bs_root_t *rt)
             hccl_socket_send_all(rt->fds[r], cards, (size_t)rt->expected * sizeof(*cards), deadline) !=
                 hcclSuccess)
             HCCL_WARN("bootstrap: could not send the rank table to rank %d", r);
-        close(rt->fds[r]);
-        rt->fds[r] = -1;
     }
     hccl_free(cards);
 }
@@ -270,7 +268,14 @@ static void *root_main(void *arg)
         int fd;
 
         if (rt->err == hcclSuccess && rt->expected > 0 && rt->joined == rt->expected) {
+            int32_t wait_ms = 0;
             root_answer_all(rt);
+            /* The ranks' link set-up, bounded by the longest connect timeout any rank has. */
+            for (int r = 0; r < rt->expected; r++)
+                if (rt->hellos[r].wait_ms > wait_ms)
+                    wait_ms = rt->hellos[r].wait_ms;
+            if (rt->err == hcclSuccess)
+                hccl_bootstrap_setup_serve(rt->fds, rt->expected, hccl_now_ms() + wait_ms);
             break;
         }
         /* After an error, stay until everyone who could come has been told: every rank that any
@@ -514,7 +519,7 @@ hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, cons
     }
     out->comm_id = rep.comm_id;
     memcpy(out->secret, rep.secret, sizeof(out->secret));
-    close(fd);
+    out->setup_fd = fd; /* until the link set-up's end: hccl_bootstrap_setup_done */
     return hcclSuccess;
 
 err_close:

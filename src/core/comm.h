@@ -32,6 +32,9 @@ typedef struct {
     uint64_t comm_id;
     uint8_t secret[HCCL_SECRET_BYTES]; /* for every data connection */
     hccl_card_t *cards;                /* owned, [nranks] */
+    /* The connection to the rendezvous, kept through the link set-up (-1: none, as for a
+     * communicator made from another's connections): see hccl_bootstrap_setup_done. */
+    int setup_fd;
 } hccl_bootstrap_result_t;
 
 /*
@@ -50,6 +53,17 @@ hcclResult_t hccl_bootstrap_root_listen(hccl_sockaddr_t *addr, int *fd_p);
 /* Joins: sends our card, receives everyone's, within the deadline. */
 hcclResult_t hccl_bootstrap_join(const hccl_id_t *id, int rank, int nranks, const hccl_card_t *card,
                                  const char *config, int64_t deadline_ms, hccl_bootstrap_result_t *out);
+/*
+ * The link set-up's end, on every rank: tells the rendezvous this rank's outcome (status; a
+ * failure's origin: this rank, or a peer it found gone) and returns the verdict, the same on
+ * every rank: hcclSuccess, or the first failure of any rank, its root cause set as the error.
+ * Closes *fd_p. Without a connection (*fd_p < 0), returns status.
+ */
+hcclResult_t hccl_bootstrap_setup_done(int *fd_p, int rank, int nranks, hcclResult_t status,
+                                       int origin, int64_t deadline_ms);
+/* The rendezvous' side: collects the outcomes of the n ranks on fds (taken: closed after) until
+ * every rank has set up its links, one has failed or gone, or deadline_ms; answers all. */
+void hccl_bootstrap_setup_serve(int *fds, int n, int64_t deadline_ms);
 /* Tells the rendezvous that this rank failed before it could join, so that every rank hears why. */
 void hccl_bootstrap_report(const hccl_id_t *id, int rank, int nranks, hcclResult_t status,
                            const char *why, int64_t deadline_ms);

@@ -219,7 +219,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     char cfg_text[HCCL_CONFIG_TEXT_BYTES];
     hccl_card_t card;
     hcclResult_t res;
-    int64_t deadline;
+    int64_t deadline = 0;
 
     if (!comm)
         return HCCL_FAIL(hcclSystemError, "comm: out of memory");
@@ -232,6 +232,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     pthread_cond_init(&comm->cond, NULL);
     hccl_log_set_rank(rank);
     memset(&card, 0, sizeof(card));
+    bs.setup_fd = -1;
     HCCL_CHECK_GOTO(hccl_params_load(&comm->params, config), res, err_report);
     hccl_fault_attach(comm);
     deadline = hccl_now_ms() + comm->params.connect_timeout_ms;
@@ -250,6 +251,8 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     comm->env.reactor = comm->reactor;
     comm->env.params = &comm->params;
     comm->env.on_fatal = hccl_comm_on_link_fatal;
+    comm->env.setup_watch_fd = -1;
+    comm->env.setup_gone = -1;
     comm->env.fatal_arg = comm;
     HCCL_CHECK_GOTO(hccl_comm_cause_init(comm), res, err_report);
     comm->conns = hccl_calloc((size_t)nranks, sizeof(*comm->conns));
@@ -274,10 +277,13 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     HCCL_CHECK_GOTO(join ? join->join(join->arg, &card, cfg_text, deadline, &bs)
                          : hccl_bootstrap_join(id, rank, nranks, &card, cfg_text, deadline, &bs),
                     res, err_free);
+    if (join)
+        bs.setup_fd = -1; /* a join through another communicator's connections has none */
     comm->cards = bs.cards;
     comm->env.cards = bs.cards;
     comm->env.comm_id = bs.comm_id;
     memcpy(comm->env.secret, bs.secret, sizeof(bs.secret));
+    comm->env.setup_watch_fd = bs.setup_fd;
     hccl_fault_point(comm, HCCL_FAULT_AT_INIT, UINT64_MAX);
     HCCL_CHECK_GOTO(comm_connect_links(comm, deadline), res, err_free);
 
@@ -318,6 +324,9 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
             hccl_shm_check_room(comm->link_ctx[HCCL_LINK_SHM],
                                 comm->lane ? hccl_lane_reach(comm->lane) : 0);
     }
+    comm->env.setup_watch_fd = -1;
+    HCCL_CHECK_GOTO(hccl_bootstrap_setup_done(&bs.setup_fd, rank, nranks, hcclSuccess, rank, deadline),
+                    res, err_free);
     HCCL_CHECK_GOTO(hccl_reactor_start(comm->reactor), res, err_free);
     if (hccl_reactor_is_external(comm->reactor) && hccl_reactor_in_callback(comm->reactor) &&
         comm->params.calibrate && !comm->params.cost_model[0] && nranks > 1) {
@@ -347,6 +356,11 @@ err_report : {
     hccl_error_put(why); /* the report's own failures are not the caller's error */
 }
 err_free:
+    /* A failure of the link set-up: every rank hears it, and reports the first one anywhere. */
+    if (bs.setup_fd >= 0)
+        res = hccl_bootstrap_setup_done(&bs.setup_fd, rank, nranks, res,
+                                        comm->env.setup_gone >= 0 ? comm->env.setup_gone : rank,
+                                        deadline);
     hccl_comm_free(comm, false);
     return res;
 }

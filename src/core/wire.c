@@ -61,6 +61,19 @@ hcclResult_t hccl_bs_reply_check(const hccl_bs_reply_t *rep, int rank, int nrank
     return hcclSuccess;
 }
 
+const char *hccl_bs_setup_check(const hccl_bs_setup_t *m, int nranks)
+{
+    if (m->magic != HCCL_BS_SETUP_MAGIC)
+        return "a malformed header";
+    if (m->status < hcclSuccess || m->status >= hcclNumResults || m->status == hcclInProgress)
+        return "an unknown status";
+    if (m->origin < 0 || m->origin >= nranks)
+        return "an origin out of range";
+    if (m->msg_len > HCCL_BS_MAX_MSG)
+        return "a text longer than allowed";
+    return NULL;
+}
+
 hcclResult_t hccl_bs_cards_check(hccl_card_t *cards, int nranks, int rank)
 {
     for (int r = 0; r < nranks; r++) {

@@ -12,7 +12,8 @@
 
 #define HCCL_BS_HELLO_MAGIC 0x54534f42u /* "BOST" */
 #define HCCL_BS_REPLY_MAGIC 0x59504552u /* "REPY" */
-#define HCCL_BS_VERSION 2
+#define HCCL_BS_SETUP_MAGIC 0x50555453u /* "STUP" */
+#define HCCL_BS_VERSION 3
 #define HCCL_BS_MAX_RANKS (1 << 20)
 #define HCCL_BS_ERRMSG_BYTES 256
 /* "KEY=value\n" lines of every setting that must agree across ranks (hccl_config_describe). */
@@ -46,6 +47,18 @@ typedef struct {
 #define HCCL_BS_MAX_MSG 1024
 
 /*
+ * After the rank table, on the same connection: each rank's outcome of its link set-up, then
+ * the rendezvous' verdict, the same for every rank (bootstrap_setup.c); msg_len bytes of
+ * text follow. The verdict's text is the root cause every rank reports.
+ */
+typedef struct {
+    uint32_t magic;
+    int32_t status;   /* hcclResult_t */
+    int32_t origin;   /* where a failure started: the sender, or a peer it found gone */
+    uint32_t msg_len; /* at most HCCL_BS_MAX_MSG */
+} hccl_bs_setup_t;
+
+/*
  * A hello as read from a connection: NULL if it may be used (its strings are then
  * NUL-terminated), else why not. Wrong secret, magic or version, a rank or size out of range,
  * an unknown status, a card that is not the rank's.
@@ -53,6 +66,8 @@ typedef struct {
 const char *hccl_bs_hello_check(hccl_bs_hello_t *h, const uint8_t *secret);
 /* The answer to the hello of rank of nranks: hcclSuccess, or the error it names (set). */
 hcclResult_t hccl_bs_reply_check(const hccl_bs_reply_t *rep, int rank, int nranks);
+/* A set-up outcome or verdict of a communicator of nranks: NULL if it may be used, else why. */
+const char *hccl_bs_setup_check(const hccl_bs_setup_t *m, int nranks);
 /* The rank table that follows a successful answer: every card in place, strings terminated. */
 hcclResult_t hccl_bs_cards_check(hccl_card_t *cards, int nranks, int rank);
 

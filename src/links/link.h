@@ -63,6 +63,12 @@ typedef struct hccl_link_env {
     void (*on_cause)(void *arg, const hccl_cause_t *c);
     /* Borrowed: the communicator's root cause, sent in the goodbyes of abort (kind NONE: none). */
     const hccl_cause_t *cause;
+    /* During connect() only: readable once the rendezvous has called the set-up off (another
+     * rank failed), and connect() then fails at once instead of waiting for that rank; -1:
+     * nothing to watch. */
+    int setup_watch_fd;
+    /* Set by connect() when it fails because a peer's process ended: that peer; else -1. */
+    int setup_gone;
 } hccl_link_env_t;
 
 typedef struct hccl_xfer hccl_xfer_t;

@@ -224,14 +224,19 @@ hcclResult_t hccl_rdma_connect_all(rdma_ctx_t *ctx, const int *peers, int npeers
                              env->rank, peer, rc->peer_addr, strerror(errno));
     }
     while (established < npeers) {
-        struct pollfd pfd = {.fd = ctx->cm_ch->fd, .events = POLLIN};
+        /* [1]: the rendezvous calling the set-up off (another rank failed). */
+        struct pollfd pfd[2] = {{.fd = ctx->cm_ch->fd, .events = POLLIN},
+                                {.fd = env->setup_watch_fd, .events = POLLIN}};
         struct rdma_cm_event *ev;
         int64_t left = deadline_ms - hccl_now_ms();
         if (left <= 0)
             return HCCL_FAIL(hcclTimeout, "rank %d: rdma: %d of %d connections set up by the connect "
                              "deadline (HCCL_CONNECT_TIMEOUT)", env->rank, established, npeers);
-        if (poll(&pfd, 1, (int)(left < 1000 ? left : 1000)) < 0 && errno != EINTR)
+        if (poll(pfd, env->setup_watch_fd >= 0 ? 2 : 1, (int)(left < 1000 ? left : 1000)) < 0 &&
+            errno != EINTR)
             return HCCL_FAIL(hcclSystemError, "rank %d: rdma: poll: %s", env->rank, strerror(errno));
+        if (pfd[1].revents)
+            return HCCL_FAIL(hcclRemoteError, "rank %d: rdma: link set-up called off", env->rank);
         while (ctx->v->get_cm_event(ctx->cm_ch, &ev) == 0) {
             struct rdma_cm_event copy = *ev;
             hcclResult_t res;

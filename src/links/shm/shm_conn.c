@@ -196,9 +196,13 @@ static hcclResult_t shm_send_bell(shm_ctx_t *ctx, shm_conn_t *sc, const shm_card
     sc->out_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (sc->out_fd < 0)
         return HCCL_FAIL(hcclSystemError, "shm: socket(AF_UNIX): %s", strerror(errno));
-    if (connect(sc->out_fd, (struct sockaddr *)&sun, uds_addr(card->uds, &sun)) != 0)
+    if (connect(sc->out_fd, (struct sockaddr *)&sun, uds_addr(card->uds, &sun)) != 0) {
+        /* Its listener was up before it joined the rendezvous: refused means it has ended. */
+        if (errno == ECONNREFUSED)
+            env->setup_gone = sc->conn.peer;
         return HCCL_FAIL(hcclRemoteError, "rank %d: shm: connect to rank %d (@%s): %s", env->rank,
                          sc->conn.peer, card->uds, strerror(errno));
+    }
     p.fd = sc->out_fd;
     p.events = POLLOUT;
     if (poll(&p, 1, (int)(deadline_ms > hccl_now_ms() ? deadline_ms - hccl_now_ms() : 0)) != 1 ||
@@ -267,6 +271,8 @@ static hcclResult_t shm_fail_missing(const shm_ctx_t *ctx, hcclResult_t res, int
     char missing[256];
 
     if (gone >= 0)
+        ctx->env->setup_gone = gone;
+    if (gone >= 0)
         return HCCL_FAIL(res, "rank %d: shm: rank %d (pid %d) went away during link set-up (its "
                               "process exited or its initialisation failed)", ctx->env->rank, gone,
                          (int)ctx->conns[gone]->pid);
@@ -282,8 +288,8 @@ static hcclResult_t shm_fail_missing(const shm_ctx_t *ctx, hcclResult_t res, int
  */
 static hcclResult_t shm_wait_bells(shm_ctx_t *ctx, int ms, int *got_p)
 {
-    struct pollfd *p = hccl_calloc((size_t)ctx->nactive + 1, sizeof(*p));
-    int *who = hccl_calloc((size_t)ctx->nactive + 1, sizeof(*who));
+    struct pollfd *p = hccl_calloc((size_t)ctx->nactive + 2, sizeof(*p));
+    int *who = hccl_calloc((size_t)ctx->nactive + 2, sizeof(*who));
     hcclResult_t res = hcclSuccess;
     int np = 1;
 
@@ -293,6 +299,9 @@ static hcclResult_t shm_wait_bells(shm_ctx_t *ctx, int ms, int *got_p)
         goto out;
     }
     p[0] = (struct pollfd){.fd = ctx->uds_fd, .events = POLLIN};
+    /* The rendezvous calling the set-up off (another rank failed). */
+    if (ctx->env->setup_watch_fd >= 0)
+        p[np++] = (struct pollfd){.fd = ctx->env->setup_watch_fd, .events = POLLIN};
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
         if (sc->peer_bell >= 0 || sc->out_fd < 0)
@@ -303,6 +312,10 @@ static hcclResult_t shm_wait_bells(shm_ctx_t *ctx, int ms, int *got_p)
     if (poll(p, (nfds_t)np, ms) <= 0)
         goto out;
     for (int i = 1; i < np; i++) {
+        if (p[i].revents && p[i].fd == ctx->env->setup_watch_fd) {
+            res = HCCL_FAIL(hcclRemoteError, "rank %d: shm: link set-up called off", ctx->env->rank);
+            goto out;
+        }
         if (p[i].revents) {
             res = shm_fail_missing(ctx, hcclRemoteError, who[i]);
             goto out;

@@ -90,7 +90,7 @@ static hcclResult_t tcp_connect_to(tcp_ctx_t *ctx, int peer, int64_t deadline_ms
                          why);
     card_to_addr(card, &addr);
     memcpy(hello.secret, env->secret, sizeof(hello.secret));
-    HCCL_CHECK(hccl_socket_connect_retry(&addr, deadline_ms, &fd));
+    HCCL_CHECK(hccl_socket_connect_watch(&addr, deadline_ms, env->setup_watch_fd, &fd));
     HCCL_CHECK_GOTO(hccl_socket_send_all(fd, &hello, sizeof(hello), deadline_ms), res, err_close);
     res = hccl_socket_recv_all(fd, &ack, sizeof(ack), deadline_ms);
     if (res != hcclSuccess || ack != TCP_HELLO_MAGIC) {
@@ -167,7 +167,9 @@ hcclResult_t hccl_tcp_connect_all(tcp_ctx_t *ctx, const int *peers, int npeers, 
         }
     }
     while (waiting > 0) {
-        struct pollfd p = {.fd = ctx->listen_fd, .events = POLLIN};
+        /* [1]: the rendezvous calling the set-up off (another rank failed). */
+        struct pollfd p[2] = {{.fd = ctx->listen_fd, .events = POLLIN},
+                              {.fd = env->setup_watch_fd, .events = POLLIN}};
         int64_t left = deadline_ms - hccl_now_ms();
         int got;
 
@@ -181,8 +183,12 @@ hcclResult_t hccl_tcp_connect_all(tcp_ctx_t *ctx, const int *peers, int npeers, 
                                          "timeout", env->rank, missing);
             goto out;
         }
-        if (poll(&p, 1, left > 1000 ? 1000 : (int)left) <= 0)
+        if (poll(p, env->setup_watch_fd >= 0 ? 2 : 1, left > 1000 ? 1000 : (int)left) <= 0)
             continue;
+        if (p[1].revents) {
+            res = HCCL_FAIL(hcclRemoteError, "rank %d: tcp: link set-up called off", env->rank);
+            goto out;
+        }
         HCCL_CHECK_GOTO(tcp_accept_one(ctx, expect, deadline_ms, &got), res, out);
         if (got >= 0)
             waiting--;
