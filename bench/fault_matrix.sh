@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # fault_matrix.sh [BUILD_DIR] [REPEAT]
-# Per fault (a killed rank, a rank late past the exec timeout, a mismatch with aborting ranks at
-# either end, a rank that never arrives), at 2, 4, 8 and 16 ranks over shm, tcp and two hosts
+# Per fault (a rank killed with nothing in flight, during the links' set-up or in a collective's
+# step, a cut link, a rank late past the exec timeout, a mismatch with aborting ranks at either
+# end, a rank that never arrives), at 2, 4, 8 and 16 ranks over shm, tcp and two hosts
 # (hosts2: HCCL_HOST_ID splits the ranks in halves, shm within each, tcp between; choose with
-# FAULT_MATRIX_LINKS and FAULT_MATRIX_NRANKS): the share of reporting ranks whose code and root
-# cause text are the fault's (and all the same), and the time from the fault to each rank's
-# error. The fault's moment: the kill; for a timeout, its deadline (the first post of the
+# FAULT_MATRIX_LINKS and FAULT_MATRIX_NRANKS, and the faults with FAULT_MATRIX_CASES, names of
+# cause_test.sh's cases): the share of reporting ranks whose code and root cause text are the
+# fault's (and all the same), and the time from the fault to each rank's error. The fault's
+# moment: the kill or the cut; for a timeout, its deadline (the first post of the
 # collective + HCCL_EXEC_TIMEOUT), so the figure is the time past it (the late rank itself is
 # left out: it hears of it when it arrives); for a mismatch, the last post of the collective (a
 # rank that posts after the cause has settled fails at once). An absent rank is not timed: the
@@ -28,8 +30,9 @@ for link in ${FAULT_MATRIX_LINKS:-shm tcp hosts2}; do
     [ -n "${FAULT_MATRIX_RAW:-}" ] && break
     for n in ${FAULT_MATRIX_NRANKS:-2 4 8 16}; do
         for ((i = 0; i < repeat; i++)); do
+            # shellcheck disable=SC2086
             CAUSE_OUT=$raw bash "$here/../tests/mp/cause_test.sh" "$build/tools/hccl-run" \
-                "$build/tests/mp/mp_cause" "$link" "$n" >/dev/null 2>&1
+                "$build/tests/mp/mp_cause" "$link" "$n" ${FAULT_MATRIX_CASES:-} >/dev/null 2>&1
             echo "run=$i end" | sed "s/^/link=$link n=$n /" >>"$raw"
         done
     done
@@ -42,7 +45,7 @@ function flush(   k, key, f, r, d) {
     for (k in ccase) {
         key = clink[k] " " cn[k] " " ccase[k]
         f = -1
-        if (ccase[k] == "kill") f = kill_t[k]
+        if (ccase[k] ~ /^kill/ || ccase[k] == "cut") f = kill_t[k]
         else if (ccase[k] == "late") f = post_min[k] + exec_ms
         else if (ccase[k] ~ /^mismatch/) f = post_max[k]
         cells[key] = 1

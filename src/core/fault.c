@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/comm.h"
+#include "base/cause.h"
 #include "core/fault.h"
 
 /* Points of the communicator's life are matched by seq only for at=idle. */
@@ -184,6 +185,14 @@ static void fault_fire(struct hcclComm *comm, hccl_fault_t *f, const char *where
         }
         HCCL_WARN("HCCL_FAULT: rank %d closes its %s link to rank %d %s (t=%.3f ms)", comm->rank,
                   ops->name, f->peer, where, fault_now_ms());
+        /* A cut cable leaves no rank knowing it cut anything: the peer sees this rank go
+         * without a goodbye, and so does this rank's cause, which every rank can then agree
+         * on even where the cut link was the only path between the two (2 ranks). */
+        if (comm->env.on_cause) {
+            hccl_cause_t c;
+            hccl_cause_lost(&c, comm->rank, f->peer, comm->nranks);
+            comm->env.on_cause(comm->env.fatal_arg, &c);
+        }
         ops->close(comm->link_ctx[id], f->peer);
         break;
     }

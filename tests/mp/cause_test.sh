@@ -12,12 +12,18 @@ shift 4
 last=$((n - 1))
 
 # case | victim | expected code | extra environment | the victim reports too | text must contain
-# (mismatch0: rank 0 calls Broadcast, the others AllReduce; mismatch: the last rank does)
+# (mismatch0: rank 0 calls Broadcast, the others AllReduce; mismatch: the last rank does;
+# kill: before the second AllReduce, with nothing in flight; kill_init: between the rendezvous
+# and the links' set-up; kill_mid: at the second step of an AllReduce; cut: the victim closes
+# its link to rank 0 as a cut cable would, and stays)
 matrix="kill|$last|hcclRemoteError||no|rank $last went away
 late|$last|hcclTimeout|HCCL_EXEC_TIMEOUT=1|yes|rank $last did not take part in allreduce seq 1
 mismatch0|0|hcclInvalidUsage|HCCL_CHECK=1|yes|collective mismatch at seq 1
 mismatch|$last|hcclInvalidUsage|HCCL_CHECK=1|yes|collective mismatch at seq 1
-absent|$last|hcclTimeout|HCCL_CONNECT_TIMEOUT=3|no|$last"
+absent|$last|hcclTimeout|HCCL_CONNECT_TIMEOUT=3|no|$last
+kill_init|$last|hcclRemoteError|HCCL_FAULT=kill:rank=$last,at=init|no|rank $last went away
+kill_mid|$last|hcclRemoteError|HCCL_FAULT=kill:rank=$last,seq=1,step=1|no|rank $last went away
+cut|$last|hcclRemoteError|HCCL_FAULT=close:rank=$last,peer=0,seq=1|yes|rank $last went away"
 
 links=$link wrap=()
 if [ "$link" = hosts2 ]; then
@@ -31,11 +37,16 @@ fails=0
 fail() { echo "FAIL [$link n=$n $1]: $2"; fails=$((fails + 1)); }
 
 run_case() {
-    local name=$1 victim=$2 want=$3 extra=$4 victim_reports=$5 needle=$6 out first="" count=0
+    local name=$1 victim=$2 want=$3 extra=$4 victim_reports=$5 needle=$6 out first="" count=0 pcase
+    # kill_* and cut: HCCL_FAULT does the harm while every rank runs the same calls.
+    case $name in kill_* | cut) pcase=fault ;; *) pcase=${name%0} ;; esac
     # shellcheck disable=SC2086
     out=$(env ${links:+HCCL_LINKS="$links"} HCCL_CALIBRATE=0 HCCL_CONNECT_TIMEOUT=30 HCCL_RUN_GRACE_S=20 $extra \
-              timeout 90 "$run" -n "$n" --timeout 60 "${wrap[@]}" "$prog" --case "${name%0}" --victim "$victim" 2>&1)
+              timeout 90 "$run" -n "$n" --timeout 60 "${wrap[@]}" "$prog" --case "$pcase" --victim "$victim" 2>&1)
     echo "--- $link n=$n $name (launcher rc $?)"
+    # HCCL_FAULT logs its moment (t=: CLOCK_MONOTONIC ms, as mp_cause's MARK lines).
+    out+=$'\n'$(grep -oE "HCCL_FAULT: rank [0-9]+ (kills itself|closes its).*\(t=[0-9.]+ ms\)" <<<"$out" |
+                 sed -E 's/HCCL_FAULT: rank ([0-9]+) .*\(t=([0-9.]+) ms\)/MARK rank=\1 what=kill t=\2/')
     grep -E "^(CAUSE|FULL) " <<<"$out"
     [ -n "${CAUSE_OUT:-}" ] && grep -E "^(CAUSE|MARK) " <<<"$out" |
         sed "s/^/link=$link n=$n case=$name victim=$victim want=$want /" >>"$CAUSE_OUT"

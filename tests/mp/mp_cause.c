@@ -1,7 +1,7 @@
 /*
  * One fault, and what every rank reports about it (tests/mp/cause_test.sh), under hccl-run:
  *
- *   mp_cause --case kill|late|mismatch|absent --victim V [--late-ms MS]
+ *   mp_cause --case kill|late|mismatch|absent|fault --victim V [--late-ms MS]
  *
  *   kill      the victim kills itself before its second AllReduce
  *   late      the victim calls its second AllReduce MS ms late (HCCL_EXEC_TIMEOUT set by the
@@ -9,6 +9,9 @@
  *   mismatch  with HCCL_CHECK=1, the victim calls Broadcast where the others call AllReduce;
  *             every rank aborts the moment it sees its error
  *   absent    the victim never joins
+ *   fault     every rank runs the same calls; HCCL_FAULT (set by the script) kills the victim
+ *             at a point of the communicator's life or cuts one of its links; a rank whose
+ *             init fails reports that
  *
  * "MARK rank=R what=kill|post|init t=MS" lines give the moments the fault starts from.
  * Each reporting rank prints one line: "CAUSE rank=R res=CODE async=CODE text=TEXT", TEXT
@@ -95,6 +98,11 @@ int main(int argc, char **argv)
         return res == hcclSuccess;
     }
     res = hcclCommInitFromEnv(&comm);
+    if (res != hcclSuccess && !strcmp(kase, "fault")) {
+        snprintf(msg, sizeof(msg), "%s", hcclGetLastError(NULL));
+        report(rank, res, hcclSuccess, now_ms(), msg);
+        return 0;
+    }
     if (res != hcclSuccess) {
         fprintf(stderr, "rank %d: init: %s\n", rank, hcclGetLastError(NULL));
         return 1;
