@@ -11,9 +11,11 @@
  * ranks still waiting on a peer (the links watch the connection), so nobody waits for the
  * connect timeout for a rank that is gone.
  */
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/comm.h"
@@ -90,6 +92,45 @@ static bool serve_one(int fd, int r, int n, setup_verdict_t *v, bool *done)
     return true;
 }
 
+/*
+ * Closes fds once each rank has closed its end (bounded): a socket closed with unread bytes
+ * (an outcome sent as the verdict crossed it) resets the connection, and a reset can cost
+ * the rank the verdict it has not read yet.
+ */
+static void serve_drain(int *fds, int n, struct pollfd *p)
+{
+    int64_t deadline = hccl_now_ms() + SETUP_VERDICT_WAIT_MS;
+    int open = 0;
+
+    for (int r = 0; r < n; r++)
+        open += fds[r] >= 0;
+    while (p && open > 0 && hccl_now_ms() < deadline) {
+        int np = 0;
+        for (int r = 0; r < n; r++)
+            if (fds[r] >= 0)
+                p[np++] = (struct pollfd){.fd = fds[r], .events = POLLIN};
+        if (poll(p, (nfds_t)np, 100) <= 0)
+            continue;
+        for (int i = 0, r = 0; i < np; i++, r++) {
+            char sink[256];
+            ssize_t got;
+            while (fds[r] != p[i].fd)
+                r++;
+            if (!p[i].revents)
+                continue;
+            got = recv(fds[r], sink, sizeof(sink), MSG_DONTWAIT);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                close(fds[r]);
+                fds[r] = -1;
+                open--;
+            }
+        }
+    }
+    for (int r = 0; r < n; r++)
+        if (fds[r] >= 0)
+            close(fds[r]);
+}
+
 void hccl_bootstrap_setup_serve(int *fds, int n, int64_t deadline_ms)
 {
     struct pollfd *p = hccl_calloc((size_t)n, sizeof(*p));
@@ -144,9 +185,9 @@ void hccl_bootstrap_setup_serve(int *fds, int n, int64_t deadline_ms)
             continue;
         if (hccl_socket_send_all(fds[r], &m, sizeof(m), deadline) == hcclSuccess && m.msg_len)
             hccl_socket_send_all(fds[r], v.text, m.msg_len, deadline);
-        close(fds[r]);
-        fds[r] = -1;
+        shutdown(fds[r], SHUT_WR);
     }
+    serve_drain(fds, n, p);
     hccl_free(p);
     hccl_free(who);
     hccl_free(done);
