@@ -323,6 +323,8 @@ static void test_shm_segment_private(void **state)
     memset(&env, 0, sizeof(env));
     env.nranks = 2;
     env.params = &params;
+    env.setup_watch_fd = -1;
+    env.setup_gone = -1;
     for (int i = 0; i < 2; i++)
         assert_int_equal(hccl_link_shm_ops.init(&env, &card[i], &ctx[i]), hcclSuccess);
     snprintf(path, sizeof(path), "/dev/shm%s", card[0].seg);

@@ -55,6 +55,8 @@ hcclResult_t rank_init(int r)
     rk->env.cards = cards;
     rk->env.on_fatal = on_fatal;
     rk->env.fatal_arg = rk;
+    rk->env.setup_watch_fd = -1; /* no rendezvous to call the set-up off */
+    rk->env.setup_gone = -1;
     memset(&cards[r], 0, sizeof(cards[r]));
     cards[r].rank = (uint32_t)r;
     return ops->init(&rk->env, cards[r].blob[HCCL_LINK_RDMA], &rk->ctx);
