@@ -5,14 +5,24 @@
 #include "core/coll.h"
 #include "core/fault.h"
 
+/* Takes req off the exec timeout's list (reactor thread). */
+static void coll_untime(struct hcclComm *comm, struct hcclRequest *req)
+{
+    if (!req->deadline_ms)
+        return;
+    *(req->timed_prev ? &req->timed_prev->timed_next : &comm->timed_head) = req->timed_next;
+    *(req->timed_next ? &req->timed_next->timed_prev : &comm->timed_tail) = req->timed_prev;
+    req->timed_prev = req->timed_next = NULL;
+    req->deadline_ms = 0;
+}
+
 void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult_t res,
                       const char *msg)
 {
     uint64_t seq = req->seq;
     char text[1024];
 
-    hccl_timer_destroy(req->timer);
-    req->timer = NULL;
+    coll_untime(comm, req);
     req->run = NULL;
     /* A failure reports the communicator's root cause, once it has settled (comm_cause.c). */
     if (res != hcclSuccess) {
@@ -248,15 +258,48 @@ void hccl_coll_start(struct hcclComm *comm, struct hcclRequest *req)
         coll_fail_posted(comm, req, res);
 }
 
+/* The exec timer fired: every request past its deadline times out, oldest first; the timer
+ * goes again for the oldest left. Reactor thread. */
+static void coll_on_exec_timer(void *arg)
+{
+    struct hcclComm *comm = arg;
+    int64_t now = hccl_now_ms();
+
+    comm->exec_timer_armed = false;
+    while (comm->timed_head && comm->timed_head->deadline_ms <= now) {
+        struct hcclRequest *req = comm->timed_head;
+        coll_untime(comm, req); /* its timeout fires once, as a timer of its own would */
+        coll_on_timeout(req);   /* may finish others: they leave the list themselves */
+    }
+    if (comm->timed_head) {
+        hccl_timer_arm(comm->exec_timer, comm->timed_head->deadline_ms - now);
+        comm->exec_timer_armed = true;
+    }
+}
+
+/*
+ * Every request of a communicator has the same exec timeout, so their deadlines come in the
+ * order they are armed: the oldest unfinished request expires first, and a timer armed for an
+ * earlier one is never late for a later one. So one timer serves them all, armed only when
+ * it is not already; a request that finishes just leaves the list. (A timer per request cost
+ * two wake-ups of the progress thread per collective: arming one from another thread, and
+ * freeing it.) Reactor thread.
+ */
 hcclResult_t hccl_coll_arm_timeout(struct hcclComm *comm, struct hcclRequest *req)
 {
-    hccl_timer_t *timer = NULL;
-
     if (comm->params.exec_timeout_ms <= 0)
         return hcclSuccess;
-    HCCL_CHECK(hccl_timer_create(comm->reactor, coll_on_timeout, req, &timer));
-    hccl_timer_arm(timer, comm->params.exec_timeout_ms);
-    req->timer = timer;
+    if (!comm->exec_timer)
+        HCCL_CHECK(hccl_timer_create(comm->reactor, coll_on_exec_timer, comm, &comm->exec_timer));
+    req->deadline_ms = hccl_now_ms() + comm->params.exec_timeout_ms;
+    req->timed_prev = comm->timed_tail;
+    req->timed_next = NULL;
+    *(comm->timed_tail ? &comm->timed_tail->timed_next : &comm->timed_head) = req;
+    comm->timed_tail = req;
+    if (!comm->exec_timer_armed) {
+        hccl_timer_arm(comm->exec_timer, comm->params.exec_timeout_ms);
+        comm->exec_timer_armed = true;
+    }
     return hcclSuccess;
 }
 

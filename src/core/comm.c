@@ -44,6 +44,7 @@ void hccl_comm_free(struct hcclComm *comm, bool graceful)
     hccl_lane_destroy(comm->lane);
     hccl_plan_cache_destroy(comm->plans);
     hccl_comm_cause_fini(comm); /* its timer is freed by the reactor's last posts */
+    hccl_timer_destroy(comm->exec_timer); /* so is this one */
     hccl_reactor_destroy(comm->reactor);
     hccl_comm_cause_free(comm);
     hccl_free(comm->conns);

@@ -130,6 +130,11 @@ struct hcclComm {
     atomic_ullong *p2p_recv_seq;     /* owned, [nranks]: receives posted per peer */
     struct hcclRequest *self_sends;  /* reactor thread: sends to ourselves not yet matched */
     struct hcclRequest *self_recvs;
+    /* Reactor thread: the requests under the exec timeout, oldest first, and the one timer
+     * that serves them all (coll_submit.c, hccl_coll_arm_timeout). */
+    struct hcclRequest *timed_head, *timed_tail;
+    hccl_timer_t *exec_timer;        /* owned; NULL until the first timed request */
+    bool exec_timer_armed;
     /* failure state, written on the reactor thread */
     _Atomic hcclResult_t async_error;
     char async_msg[512];             /* under mtx */

@@ -137,11 +137,12 @@ struct hcclRequest {
     void *cb_arg;
     hccl_post_t post;               /* queue link while posted */
     void *owner;                    /* borrowed: what runs the request (the communicator) */
-    void *timer;                    /* owned by the communicator: the exec timeout, or NULL */
+    struct hcclRequest *timed_prev; /* the communicator's requests under the exec timeout */
+    struct hcclRequest *timed_next;
     void *run;                      /* borrowed: the executor's run while it is in flight */
     void *lane_op;                  /* owned by the lane while queued there (sched/lane.h) */
     uint64_t seq;                   /* collective sequence number */
-    int64_t deadline_ms;            /* exec timeout, 0 = none */
+    int64_t deadline_ms;            /* the exec timeout's, 0: not under it */
     /* the call */
     int coll;
     const void *sendbuf;
