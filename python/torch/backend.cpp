@@ -1,7 +1,7 @@
 // hccl.torch: the backend's plumbing. The rendezvous through the c10d store, the Work objects
 // and their futures, and the completion thread that finishes the requests nobody waits for:
-// a request's callback only rings it, so no torch code ever runs on hccl's reactor thread,
-// and a request that wait() finishes costs no wake-up of it.
+// a request's callback only rings it, so no torch code ever runs on hccl's reactor thread;
+// a request that wait() finishes, or that finished within its own call, costs no wake-up.
 #include "backend.hpp"
 
 #include <poll.h>
@@ -10,6 +10,7 @@
 
 #include <climits>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <set>
 
@@ -114,6 +115,7 @@ bool Work::wait(std::chrono::milliseconds timeout)
             std::string msg = res == hcclSuccess ? "" : failureText(what_.c_str(), res);
             l.unlock();
             complete(res, msg);
+            backend_->forget(this);
         }
     }
     return c10d::Work::wait(timeout);
@@ -173,6 +175,19 @@ void Backend::wakeCompletion()
 
     if (write(wake_fd_, &one, sizeof(one)) < 0) {
         // eventfd writes fail only on overflow: the thread is awake anyway.
+    }
+}
+
+void Backend::forget(Work *w)
+{
+    std::lock_guard<std::mutex> l(pending_mtx_);
+
+    // Usually the last one posted.
+    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
+        if (it->get() == w) {
+            pending_.erase(std::next(it).base());
+            return;
+        }
     }
 }
 
@@ -239,8 +254,9 @@ c10::intrusive_ptr<c10d::Work> Backend::post(const char *what, c10d::OpType type
 {
     auto work =
         c10::make_intrusive<Work>(type, std::move(outputs), std::move(keep), std::move(after));
-    hcclResult_t res;
+    hcclResult_t res, inline_res = hcclSuccess;
     std::string msg;
+    int inline_done = 0;
 
     work->what_ = what;
     work->backend_ = this;
@@ -250,7 +266,12 @@ c10::intrusive_ptr<c10d::Work> Backend::post(const char *what, c10d::OpType type
         // once (its callback then runs here, and rings).
         std::lock_guard<std::mutex> l(pending_mtx_);
         res = fn(comm_, &work->req_);
-        if (res == hcclSuccess) {
+        // Finished within the call (the peers had posted theirs): it is finished here, before
+        // anyone holds the Work or its future, so no code of the caller's runs in this call,
+        // and neither the list nor the completion thread is touched.
+        if (res == hcclSuccess)
+            inline_res = hcclTest(&work->req_, &inline_done);
+        if (res == hcclSuccess && !inline_done) {
             pending_.push_back(work);
             res = hcclRequestSetCallback(work->req_, Work::onDone, work.get());
             if (res != hcclSuccess) { // cannot happen for a fresh request; never leave it
@@ -266,6 +287,8 @@ c10::intrusive_ptr<c10d::Work> Backend::post(const char *what, c10d::OpType type
         work->req_ = nullptr;
         throwResult(res, msg);
     }
+    if (inline_done)
+        work->complete(inline_res, inline_res == hcclSuccess ? "" : failureText(what, inline_res));
     return work;
 }
 

@@ -136,6 +136,8 @@ class Backend : public BackendBase
     void stopCompletion(); // idempotent; finishes what is in flight on the caller's thread
 
     void wakeCompletion();
+    // A Work that wait() finished leaves the list the completion thread scans.
+    void forget(Work *w);
 
     hcclComm_t comm_ = nullptr;
     int wake_fd_ = -1; // rung by a finished request nobody waits for, and to stop
