@@ -42,6 +42,16 @@ typedef struct {
     char text[1024];
 } rank_end_t;
 
+static rank_end_t end_ok(int rank)
+{
+    return (rank_end_t){.rank = rank, .status = hcclSuccess, .origin = rank};
+}
+
+static rank_end_t end_failed(int rank, hcclResult_t status, int origin, const char *why)
+{
+    return (rank_end_t){.rank = rank, .status = status, .origin = origin, .why = why};
+}
+
 static void *serve_main(void *arg)
 {
     setup_t *s = arg;
@@ -62,8 +72,11 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void setup_start(setup_t *s, int serve_ms)
+/* Starts the rendezvous' side; ends[0..n) become ranks 0..n-1 that all set up their links. */
+static void setup_start(setup_t *s, int serve_ms, rank_end_t *ends, int n)
 {
+    for (int r = 0; r < n; r++)
+        ends[r] = end_ok(r);
     s->serve_ms = serve_ms;
     for (int r = 0; r < NRANKS; r++) {
         int sv[2];
@@ -114,9 +127,7 @@ static void test_all_succeed(void **state)
     rank_end_t ends[NRANKS];
 
     (void)state;
-    setup_start(&s, SERVE_MS);
-    for (int r = 0; r < NRANKS; r++)
-        ends[r] = (rank_end_t){.rank = r, .status = hcclSuccess, .origin = r};
+    setup_start(&s, SERVE_MS, ends, NRANKS);
     run_ranks(&s, ends, NRANKS);
     for (int r = 0; r < NRANKS; r++) {
         assert_int_equal(ends[r].res, hcclSuccess);
@@ -128,17 +139,13 @@ static void test_all_succeed(void **state)
 static void test_peer_found_gone(void **state)
 {
     setup_t s;
-    rank_end_t ends[3];
+    rank_end_t ends[] = {end_ok(0), end_ok(2),
+                         end_failed(1, hcclRemoteError, 3, "rank 1: shm: rank 3 went away")};
 
     (void)state;
-    setup_start(&s, SERVE_MS);
-    ends[0] = (rank_end_t){.rank = 0, .status = hcclSuccess, .origin = 0};
-    ends[1] = (rank_end_t){.rank = 1, .status = hcclRemoteError, .origin = 3,
-                           .why = "rank 1: shm: rank 3 went away"};
-    ends[2] = (rank_end_t){.rank = 2, .status = hcclSuccess, .origin = 2};
+    setup_start(&s, SERVE_MS, ends, 0);
     run_ranks(&s, ends, 3);
-    assert_same_story(ends, 3, hcclRemoteError,
-                      "root cause at rank 3: rank 3 went away during link set-up");
+    assert_same_story(ends, 3, hcclRemoteError, "root cause at rank 3: rank 3 went away");
 }
 
 /* Rank 2's connection ends without an outcome (its process died): every other rank hears it,
@@ -146,22 +153,18 @@ static void test_peer_found_gone(void **state)
 static void test_connection_ends(void **state)
 {
     setup_t s;
-    rank_end_t ends[3];
+    rank_end_t ends[] = {end_failed(0, hcclRemoteError, 0, "rank 0: tcp: link set-up called off"),
+                         end_ok(1), end_ok(3)};
     struct pollfd p;
 
     (void)state;
-    setup_start(&s, SERVE_MS);
+    setup_start(&s, SERVE_MS, ends, 0);
     close(s.rank_fd[2]);
     s.rank_fd[2] = -1;
     p = (struct pollfd){.fd = s.rank_fd[0], .events = POLLIN};
     assert_int_equal(poll(&p, 1, SERVE_MS), 1);
-    ends[0] = (rank_end_t){.rank = 0, .status = hcclRemoteError, .origin = 0,
-                           .why = "rank 0: tcp: link set-up called off"};
-    ends[1] = (rank_end_t){.rank = 1, .status = hcclSuccess, .origin = 1};
-    ends[2] = (rank_end_t){.rank = 3, .status = hcclSuccess, .origin = 3};
     run_ranks(&s, ends, 3);
-    assert_same_story(ends, 3, hcclRemoteError,
-                      "root cause at rank 2: rank 2 went away during link set-up");
+    assert_same_story(ends, 3, hcclRemoteError, "root cause at rank 2: rank 2 went away during");
 }
 
 /* A rank's own failure is every rank's, with its code and its words. */
@@ -171,11 +174,8 @@ static void test_own_failure(void **state)
     rank_end_t ends[NRANKS];
 
     (void)state;
-    setup_start(&s, SERVE_MS);
-    for (int r = 0; r < NRANKS; r++)
-        ends[r] = (rank_end_t){.rank = r, .status = hcclSuccess, .origin = r};
-    ends[1] = (rank_end_t){.rank = 1, .status = hcclSystemError, .origin = 1,
-                           .why = "rank 1: shm: out of room in /dev/shm"};
+    setup_start(&s, SERVE_MS, ends, NRANKS);
+    ends[1] = end_failed(1, hcclSystemError, 1, "rank 1: shm: out of room in /dev/shm");
     run_ranks(&s, ends, NRANKS);
     assert_same_story(ends, NRANKS, hcclSystemError,
                       "root cause at rank 1: rank 1 could not set up its links: rank 1: shm: out "
@@ -190,10 +190,10 @@ static void test_malformed_outcome(void **state)
     hccl_bs_setup_t m = {.magic = 0x12345678u};
 
     (void)state;
-    setup_start(&s, SERVE_MS);
+    setup_start(&s, SERVE_MS, ends, 0);
     assert_int_equal(write(s.rank_fd[0], &m, sizeof(m)), (ssize_t)sizeof(m));
     for (int r = 1; r < NRANKS; r++)
-        ends[r - 1] = (rank_end_t){.rank = r, .status = hcclSuccess, .origin = r};
+        ends[r - 1] = end_ok(r);
     run_ranks(&s, ends, 3);
     assert_same_story(ends, 3, hcclRemoteError, "root cause at rank 0: rank 0 could not set up "
                                                 "its links: its set-up outcome carried a malformed "
@@ -207,9 +207,7 @@ static void test_rank_never_finishes(void **state)
     rank_end_t ends[3];
 
     (void)state;
-    setup_start(&s, 300);
-    for (int r = 0; r < 3; r++)
-        ends[r] = (rank_end_t){.rank = r, .status = hcclSuccess, .origin = r};
+    setup_start(&s, 300, ends, 3);
     run_ranks(&s, ends, 3);
     assert_same_story(ends, 3, hcclTimeout, "root cause at rank 3: rank 3 could not set up its "
                                             "links: it did not finish before the connect timeout");
