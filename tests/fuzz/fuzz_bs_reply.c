@@ -1,7 +1,8 @@
 /*
  * A rank's checks of the rendezvous' answer: the header (hccl_bs_reply_check), then either the
  * error text or the rank table (hccl_bs_cards_check) and the link cards in it, as the tcp and
- * shm links read them before connecting.
+ * shm links read them before connecting; and the link set-up's outcome or verdict that
+ * crosses the same connection later (hccl_bs_setup_check).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!quiet) {
         fuzz_quiet();
         quiet = true;
+    }
+    {
+        hccl_bs_setup_t m;
+        memset(&m, 0, sizeof(m));
+        memcpy(&m, in.p, in.left < sizeof(m) ? in.left : sizeof(m));
+        /* Accepted: its text fits the buffer the reader gives it, and its origin is a rank. */
+        if (!hccl_bs_setup_check(&m, nranks) &&
+            (m.msg_len > HCCL_BS_MAX_MSG || m.origin < 0 || m.origin >= nranks))
+            abort();
     }
     memset(&rep, 0, sizeof(rep));
     n = in.left < sizeof(rep) ? in.left : sizeof(rep);

@@ -270,6 +270,17 @@ static void seeds_bs_reply(void)
     put(&b, &rep, sizeof(rep));
     put(&b, msg, strlen(msg));
     write_seed("bs_reply", "error", &b);
+    {
+        hccl_bs_setup_t m = {.magic = HCCL_BS_SETUP_MAGIC, .status = hcclRemoteError, .origin = 2};
+        const char *why = "root cause at rank 2: rank 2 went away during link set-up";
+        b.n = 0;
+        put8(&b, 2);
+        put8(&b, 0);
+        m.msg_len = (uint32_t)strlen(why);
+        put(&b, &m, sizeof(m));
+        put(&b, why, strlen(why));
+        write_seed("bs_reply", "setup_verdict", &b);
+    }
 }
 
 static void seeds_link_hello(void)
