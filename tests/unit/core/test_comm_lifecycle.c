@@ -155,18 +155,61 @@ static void test_wait_after_destroy(void **state)
     assert_int_equal(x, 7);
 }
 
-typedef struct {
+/*
+ * Two ranks on two threads, where rank 1 waits at a point until rank 0 says it may go on
+ * (pair_go / pair_wait): each test's rank argument starts with this.
+ */
+typedef struct pair_rank {
     hcclUniqueId id;
     int rank;
     hcclResult_t res;
     pthread_mutex_t *mtx;
     pthread_cond_t *cond;
-    int *aborted;
-} abort_arg_t;
+    int *go;
+} pair_rank_t;
 
+static void pair_go(pair_rank_t *a)
+{
+    pthread_mutex_lock(a->mtx);
+    *a->go = 1;
+    pthread_cond_broadcast(a->cond);
+    pthread_mutex_unlock(a->mtx);
+}
+
+static void pair_wait(pair_rank_t *a)
+{
+    pthread_mutex_lock(a->mtx);
+    while (!*a->go)
+        pthread_cond_wait(a->cond, a->mtx);
+    pthread_mutex_unlock(a->mtx);
+}
+
+/* Runs fn as ranks 0 and 1 (r0, r1: each rank's argument, a pair_rank_t first) of one id. */
+static void run_pair(void *(*fn)(void *), pair_rank_t *r0, pair_rank_t *r1)
+{
+    pthread_mutex_t mtx = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    pair_rank_t *a[2] = {r0, r1};
+    pthread_t th[2];
+    int go = 0;
+
+    assert_int_equal(hcclGetUniqueId(&r0->id), hcclSuccess);
+    for (int r = 0; r < 2; r++) {
+        a[r]->id = r0->id;
+        a[r]->rank = r;
+        a[r]->mtx = &mtx;
+        a[r]->cond = &cond;
+        a[r]->go = &go;
+        assert_int_equal(pthread_create(&th[r], NULL, fn, a[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+}
+
+/* Rank 0 aborts with a request outstanding; then rank 1 calls on. */
 static void *abort_rank(void *p)
 {
-    abort_arg_t *a = p;
+    pair_rank_t *a = p;
     hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
     hcclComm_t comm;
     hcclRequest_t req;
@@ -181,15 +224,9 @@ static void *abort_rank(void *p)
         a->res = hcclAllReduceAsync(buf, buf, 64, hcclFloat32, hcclSum, comm, &req);
         if (a->res == hcclSuccess && hcclCommAbort(comm) == hcclSuccess)
             a->res = hcclWait(&req);
-        pthread_mutex_lock(a->mtx);
-        *a->aborted = 1;
-        pthread_cond_broadcast(a->cond);
-        pthread_mutex_unlock(a->mtx);
+        pair_go(a);
     } else {
-        pthread_mutex_lock(a->mtx);
-        while (!*a->aborted)
-            pthread_cond_wait(a->cond, a->mtx);
-        pthread_mutex_unlock(a->mtx);
+        pair_wait(a);
         /* The peer is gone: refused at once, or failed when its EOF is read. The first may also
          * succeed: rank 0 sent its part before it aborted, and ours fit in its ring. The second
          * cannot. */
@@ -205,59 +242,75 @@ static void *abort_rank(void *p)
 
 static void test_wait_after_abort(void **state)
 {
-    pthread_mutex_t mtx = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-    int aborted = 0;
-    abort_arg_t a[2];
-    pthread_t th[2];
+    pair_rank_t a[2];
 
     (void)state;
-    assert_int_equal(hcclGetUniqueId(&a[0].id), hcclSuccess);
-    for (int r = 0; r < 2; r++) {
-        a[r].id = a[0].id;
-        a[r].rank = r;
-        a[r].mtx = &mtx;
-        a[r].cond = &cond;
-        a[r].aborted = &aborted;
-        assert_int_equal(pthread_create(&th[r], NULL, abort_rank, &a[r]), 0);
-    }
-    for (int r = 0; r < 2; r++)
-        pthread_join(th[r], NULL);
+    memset(a, 0, sizeof(a));
+    run_pair(abort_rank, &a[0], &a[1]);
     assert_int_equal(a[0].res, hcclAborted);
     assert_int_equal(a[1].res, hcclRemoteError);
 }
 
 typedef struct {
+    pair_rank_t pair; /* first: run_pair's argument */
     hcclComm_t comm;
     hcclResult_t destroy_res;
     int ran;
-} cb_arg_t;
+} cb_rank_t;
 
 static void destroy_from_callback(hcclRequest_t req, hcclResult_t result, void *p)
 {
-    cb_arg_t *c = p;
+    cb_rank_t *c = p;
 
     (void)req, (void)result;
     c->destroy_res = hcclCommDestroy(c->comm);
     c->ran = 1;
 }
 
-static void test_destroy_from_callback_refused(void **state)
+/*
+ * Rank 1 posts its AllReduce only once rank 0 has set its request's callback, so the request
+ * is pending then and the callback runs where the communicator progresses (a callback set on
+ * a request already done runs on the caller's thread, where destroy is allowed).
+ */
+static void *cb_rank(void *p)
 {
-    hcclUniqueId id;
+    cb_rank_t *c = p;
+    pair_rank_t *a = &c->pair;
     hcclRequest_t req;
-    cb_arg_t c = {0};
     int x = 1;
 
+    a->res = hcclCommInitRank(&c->comm, 2, a->id, a->rank);
+    if (a->res != hcclSuccess) {
+        pair_go(a); /* nobody waits for a rank that could not start */
+        return NULL;
+    }
+    if (a->rank == 0) {
+        a->res = hcclAllReduceAsync(&x, &x, 1, hcclInt32, hcclSum, c->comm, &req);
+        if (a->res == hcclSuccess)
+            a->res = hcclRequestSetCallback(req, destroy_from_callback, c);
+        pair_go(a);
+        if (a->res == hcclSuccess)
+            a->res = hcclWait(&req);
+    } else {
+        pair_wait(a);
+        a->res = hcclAllReduce(&x, &x, 1, hcclInt32, hcclSum, c->comm);
+    }
+    if (a->res == hcclSuccess)
+        a->res = hcclCommDestroy(c->comm);
+    return NULL;
+}
+
+static void test_destroy_from_callback_refused(void **state)
+{
+    cb_rank_t c[2];
+
     (void)state;
-    assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
-    assert_int_equal(hcclCommInitRank(&c.comm, 1, id, 0), hcclSuccess);
-    assert_int_equal(hcclAllReduceAsync(&x, &x, 1, hcclInt32, hcclSum, c.comm, &req), hcclSuccess);
-    assert_int_equal(hcclRequestSetCallback(req, destroy_from_callback, &c), hcclSuccess);
-    assert_int_equal(hcclWait(&req), hcclSuccess);
-    assert_int_equal(c.ran, 1);
-    assert_int_equal(c.destroy_res, hcclInvalidUsage);
-    assert_int_equal(hcclCommDestroy(c.comm), hcclSuccess);
+    memset(c, 0, sizeof(c));
+    run_pair(cb_rank, &c[0].pair, &c[1].pair);
+    assert_int_equal(c[0].pair.res, hcclSuccess);
+    assert_int_equal(c[1].pair.res, hcclSuccess);
+    assert_int_equal(c[0].ran, 1);
+    assert_int_equal(c[0].destroy_res, hcclInvalidUsage);
 }
 
 typedef struct {
