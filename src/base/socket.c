@@ -172,7 +172,8 @@ static int wait_fd(int fd, short events, int64_t deadline_ms)
     }
 }
 
-/* Waits ms (bounded by deadline_ms) for watch_fd (-1: none) to become readable: whether it did. */
+/* Waits ms (bounded by deadline_ms) for watch_fd to become readable: whether it did. poll
+ * ignores a -1 and just sleeps. */
 static bool watch_wait(int watch_fd, int ms, int64_t deadline_ms)
 {
     struct pollfd p = {.fd = watch_fd, .events = POLLIN};
@@ -180,7 +181,7 @@ static bool watch_wait(int watch_fd, int ms, int64_t deadline_ms)
 
     if (left < ms)
         ms = left > 0 ? (int)left : 0;
-    return poll(&p, watch_fd >= 0 ? 1 : 0, ms) > 0;
+    return poll(&p, 1, ms) > 0;
 }
 
 /* Connects, retrying while nobody listens yet (the peer may start later), until deadline. */

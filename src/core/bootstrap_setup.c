@@ -97,25 +97,27 @@ static bool serve_one(int fd, int r, int n, setup_verdict_t *v, bool *done)
  * (an outcome sent as the verdict crossed it) resets the connection, and a reset can cost
  * the rank the verdict it has not read yet.
  */
-static void serve_drain(int *fds, int n, struct pollfd *p)
+static void serve_drain(int *fds, int n, struct pollfd *p, int *who)
 {
     int64_t deadline = hccl_now_ms() + SETUP_VERDICT_WAIT_MS;
     int open = 0;
 
     for (int r = 0; r < n; r++)
         open += fds[r] >= 0;
-    while (p && open > 0 && hccl_now_ms() < deadline) {
+    while (p && who && open > 0 && hccl_now_ms() < deadline) {
         int np = 0;
-        for (int r = 0; r < n; r++)
-            if (fds[r] >= 0)
-                p[np++] = (struct pollfd){.fd = fds[r], .events = POLLIN};
+        for (int r = 0; r < n; r++) {
+            if (fds[r] < 0)
+                continue;
+            who[np] = r;
+            p[np++] = (struct pollfd){.fd = fds[r], .events = POLLIN};
+        }
         if (poll(p, (nfds_t)np, 100) <= 0)
             continue;
-        for (int i = 0, r = 0; i < np; i++, r++) {
+        for (int i = 0; i < np; i++) {
+            int r = who[i];
             char sink[256];
             ssize_t got;
-            while (fds[r] != p[i].fd)
-                r++;
             if (!p[i].revents)
                 continue;
             got = recv(fds[r], sink, sizeof(sink), MSG_DONTWAIT);
@@ -147,11 +149,9 @@ void hccl_bootstrap_setup_serve(int *fds, int n, int64_t deadline_ms)
 
         if (ms <= 0) {
             int late = 0;
-            char why[128];
             while (late < n && done[late])
                 late++;
-            snprintf(why, sizeof(why), "it did not finish before the connect timeout");
-            verdict_failed(&v, late, hcclTimeout, why);
+            verdict_failed(&v, late, hcclTimeout, "it did not finish before the connect timeout");
             break;
         }
         for (int r = 0; r < n; r++) {
@@ -187,7 +187,7 @@ void hccl_bootstrap_setup_serve(int *fds, int n, int64_t deadline_ms)
             hccl_socket_send_all(fds[r], v.text, m.msg_len, deadline);
         shutdown(fds[r], SHUT_WR);
     }
-    serve_drain(fds, n, p);
+    serve_drain(fds, n, p, who);
     hccl_free(p);
     hccl_free(who);
     hccl_free(done);

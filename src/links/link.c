@@ -26,6 +26,11 @@ const hccl_link_ops_t *hccl_link_by_id(int id)
     }
 }
 
+hcclResult_t hccl_link_setup_called_off(const hccl_link_env_t *env, const char *link)
+{
+    return HCCL_FAIL(hcclRemoteError, "rank %d: %s: link set-up called off", env->rank, link);
+}
+
 bool hccl_link_allowed(const char *links, const char *name)
 {
     size_t n = strlen(name);

@@ -191,6 +191,10 @@ static inline bool hccl_conn_consumes(const hccl_conn_t *c)
 /* The registry in preference order, filtered by HCCL_LINKS ("" = all). */
 const hccl_link_ops_t *hccl_link_by_id(int id);
 bool hccl_link_allowed(const char *links, const char *name);
+/* connect()'s answer when the rendezvous has called the link set-up off (env->setup_watch_fd
+ * became readable: another rank failed). Every link polls that fd beside its own; poll
+ * ignores it while it is -1. */
+hcclResult_t hccl_link_setup_called_off(const hccl_link_env_t *env, const char *link);
 
 /* Completes x with res from the loop (never on the caller's stack). */
 void hccl_xfer_complete_later(hccl_reactor_t *r, hccl_xfer_t *x, hcclResult_t res);

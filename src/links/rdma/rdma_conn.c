@@ -232,11 +232,10 @@ hcclResult_t hccl_rdma_connect_all(rdma_ctx_t *ctx, const int *peers, int npeers
         if (left <= 0)
             return HCCL_FAIL(hcclTimeout, "rank %d: rdma: %d of %d connections set up by the connect "
                              "deadline (HCCL_CONNECT_TIMEOUT)", env->rank, established, npeers);
-        if (poll(pfd, env->setup_watch_fd >= 0 ? 2 : 1, (int)(left < 1000 ? left : 1000)) < 0 &&
-            errno != EINTR)
+        if (poll(pfd, 2, (int)(left < 1000 ? left : 1000)) < 0 && errno != EINTR)
             return HCCL_FAIL(hcclSystemError, "rank %d: rdma: poll: %s", env->rank, strerror(errno));
         if (pfd[1].revents)
-            return HCCL_FAIL(hcclRemoteError, "rank %d: rdma: link set-up called off", env->rank);
+            return hccl_link_setup_called_off(env, "rdma");
         while (ctx->v->get_cm_event(ctx->cm_ch, &ev) == 0) {
             struct rdma_cm_event copy = *ev;
             hcclResult_t res;

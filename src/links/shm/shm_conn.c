@@ -270,12 +270,12 @@ static hcclResult_t shm_fail_missing(const shm_ctx_t *ctx, hcclResult_t res, int
 {
     char missing[256];
 
-    if (gone >= 0)
+    if (gone >= 0) {
         ctx->env->setup_gone = gone;
-    if (gone >= 0)
         return HCCL_FAIL(res, "rank %d: shm: rank %d (pid %d) went away during link set-up (its "
                               "process exited or its initialisation failed)", ctx->env->rank, gone,
                          (int)ctx->conns[gone]->pid);
+    }
     shm_missing(ctx, missing, sizeof(missing));
     return HCCL_FAIL(res, "rank %d: shm: ranks %s did not hand over their doorbell before the "
                           "connect timeout", ctx->env->rank, missing);
@@ -291,7 +291,7 @@ static hcclResult_t shm_wait_bells(shm_ctx_t *ctx, int ms, int *got_p)
     struct pollfd *p = hccl_calloc((size_t)ctx->nactive + 2, sizeof(*p));
     int *who = hccl_calloc((size_t)ctx->nactive + 2, sizeof(*who));
     hcclResult_t res = hcclSuccess;
-    int np = 1;
+    int np = 2;
 
     *got_p = -1;
     if (!p || !who) {
@@ -299,9 +299,8 @@ static hcclResult_t shm_wait_bells(shm_ctx_t *ctx, int ms, int *got_p)
         goto out;
     }
     p[0] = (struct pollfd){.fd = ctx->uds_fd, .events = POLLIN};
-    /* The rendezvous calling the set-up off (another rank failed). */
-    if (ctx->env->setup_watch_fd >= 0)
-        p[np++] = (struct pollfd){.fd = ctx->env->setup_watch_fd, .events = POLLIN};
+    /* [1]: the rendezvous calling the set-up off (another rank failed). */
+    p[1] = (struct pollfd){.fd = ctx->env->setup_watch_fd, .events = POLLIN};
     for (int i = 0; i < ctx->nactive; i++) {
         shm_conn_t *sc = ctx->conns[ctx->active[i]];
         if (sc->peer_bell >= 0 || sc->out_fd < 0)
@@ -311,11 +310,11 @@ static hcclResult_t shm_wait_bells(shm_ctx_t *ctx, int ms, int *got_p)
     }
     if (poll(p, (nfds_t)np, ms) <= 0)
         goto out;
-    for (int i = 1; i < np; i++) {
-        if (p[i].revents && p[i].fd == ctx->env->setup_watch_fd) {
-            res = HCCL_FAIL(hcclRemoteError, "rank %d: shm: link set-up called off", ctx->env->rank);
-            goto out;
-        }
+    if (p[1].revents) {
+        res = hccl_link_setup_called_off(ctx->env, "shm");
+        goto out;
+    }
+    for (int i = 2; i < np; i++) {
         if (p[i].revents) {
             res = shm_fail_missing(ctx, hcclRemoteError, who[i]);
             goto out;

@@ -183,10 +183,10 @@ hcclResult_t hccl_tcp_connect_all(tcp_ctx_t *ctx, const int *peers, int npeers, 
                                          "timeout", env->rank, missing);
             goto out;
         }
-        if (poll(p, env->setup_watch_fd >= 0 ? 2 : 1, left > 1000 ? 1000 : (int)left) <= 0)
+        if (poll(p, 2, left > 1000 ? 1000 : (int)left) <= 0)
             continue;
         if (p[1].revents) {
-            res = HCCL_FAIL(hcclRemoteError, "rank %d: tcp: link set-up called off", env->rank);
+            res = hccl_link_setup_called_off(env, "tcp");
             goto out;
         }
         HCCL_CHECK_GOTO(tcp_accept_one(ctx, expect, deadline_ms, &got), res, out);
