@@ -126,14 +126,48 @@ static hcclResult_t lane_cpu_groups(const struct hcclComm *comm, int **group_of)
     return hcclSuccess;
 }
 
+/* The window of the link that carries every connection, where it has one and reaches
+ * every rank (the same answer on every rank); else NULL. */
+static const hccl_window_ops_t *comm_window(struct hcclComm *comm, void **ctx_p)
+{
+    int id = comm->nranks > 1 ? comm->link_of[comm->rank == 0 ? 1 : 0] : -1;
+    const hccl_link_ops_t *ops = id >= 0 ? hccl_link_by_id(id) : NULL;
+    const hccl_window_ops_t *win = ops ? hccl_link_window(ops) : NULL;
+
+    for (int r = 0; win && r < comm->nranks; r++)
+        if (r != comm->rank && comm->link_of[r] != id)
+            return NULL;
+    if (!win || !comm->link_ctx[id] || !win->reaches_all(comm->link_ctx[id], comm->nranks))
+        return NULL;
+    *ctx_p = comm->link_ctx[id];
+    return win;
+}
+
+/* Each window warns where the memory its rounds may touch could run out. */
+static void comm_check_room(struct hcclComm *comm)
+{
+    void *lane_ctx = NULL;
+
+    if (comm->lane)
+        comm_window(comm, &lane_ctx);
+    for (int id = 0; id < HCCL_LINK_MAX; id++) {
+        const hccl_window_ops_t *win =
+            comm->link_ctx[id] ? hccl_link_window(hccl_link_by_id(id)) : NULL;
+        if (win)
+            win->check_room(comm->link_ctx[id],
+                            comm->link_ctx[id] == lane_ctx ? hccl_lane_reach(comm->lane) : 0);
+    }
+}
+
 /*
- * The lane, where every rank is on this host behind shm (the same answer on
- * every rank, like the settings that decide it, which the rendezvous compared). HCCL_CHECK's
- * signature exchange goes through plans, so checked communicators keep to them.
+ * The lane, where one link's window reaches every rank (the same answer on every rank, like
+ * the settings that decide it, which the rendezvous compared). HCCL_CHECK's signature exchange
+ * goes through plans, so checked communicators keep to them.
  */
 static hcclResult_t comm_open_lane(struct hcclComm *comm)
 {
-    void *shm = comm->link_ctx[HCCL_LINK_SHM];
+    void *wctx = NULL;
+    const hccl_window_ops_t *win = comm_window(comm, &wctx);
     bool shared = hccl_topo_host_cores_shared(comm);
     size_t max = comm->params.lane_max;
     hccl_lane_limits_t limits = {
@@ -147,32 +181,31 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
      * block, 16 MiB, since a plan waits for each rank's turn on a core at every step, where
      * the lane needs each rank to run about three times (docs/performance.md). */
     if (max == SIZE_MAX) {
-        limits.max_bytes = shared ? HCCL_LANE_CAP : 8192;
-        limits.rooted_max = shared ? HCCL_LANE_CAP : 32768;
+        limits.max_bytes = shared ? HCCL_WINDOW_CAP : 8192;
+        limits.rooted_max = shared ? HCCL_WINDOW_CAP : 32768;
     }
     limits.direct_min = lane_direct_min(comm);
-    if (limits.max_bytes == 0 || comm->params.check ||
-        !hccl_shm_lane_reaches_all(shm, comm->nranks))
+    if (limits.max_bytes == 0 || comm->params.check || !win)
         return hcclSuccess;
     if (shared)
         HCCL_CHECK(lane_cpu_groups(comm, &group_of));
     limits.group_of = group_of;
-    res = hccl_lane_create(shm, comm->rank, comm->nranks, &limits, comm->env.on_fatal,
+    res = hccl_lane_create(win, wctx, comm->rank, comm->nranks, &limits, comm->env.on_fatal,
                            comm->env.fatal_arg, &comm->lane);
     hccl_free(group_of);
     HCCL_CHECK(res);
     HCCL_CHECK(
         hccl_reactor_add_poller(comm->reactor, &(hccl_poller_t){hccl_lane_poll, NULL, comm->lane}));
-    hccl_shm_lane_on_bell(shm, hccl_lane_poll, comm->lane);
+    win->on_bell(wctx, hccl_lane_poll, comm->lane);
     HCCL_INFO(HCCL_SUB_INIT,
-              "rank %d: collectives of up to %zu B take the shm lane (AllReduce and Reduce split "
+              "rank %d: collectives of up to %zu B take the lane (AllReduce and Reduce split "
               "above %d B; Broadcast and Reduce from %zu to %zu B), and every Barrier; CPU groups "
               "for split "
               "AllReduces: %d",
               comm->rank,
-              limits.max_bytes < HCCL_LANE_CAP ? limits.max_bytes : (size_t)HCCL_LANE_CAP,
+              limits.max_bytes < HCCL_WINDOW_CAP ? limits.max_bytes : (size_t)HCCL_WINDOW_CAP,
               HCCL_LANE_FLAT_MAX, limits.rooted_min,
-              limits.rooted_max < HCCL_LANE_CAP ? limits.rooted_max : (size_t)HCCL_LANE_CAP,
+              limits.rooted_max < HCCL_WINDOW_CAP ? limits.rooted_max : (size_t)HCCL_WINDOW_CAP,
               hccl_lane_groups(comm->lane));
     return hcclSuccess;
 }
@@ -311,18 +344,15 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     hccl_reactor_set_cores_shared(comm->reactor, hccl_topo_cores_shared(comm));
     {
         /* shm and tcp register pollers; rdma's completions reach only the progress thread. */
-        bool all_shm = true, pollable = true;
+        bool pollable = true;
         for (int r = 0; r < nranks; r++) {
-            all_shm &= r == rank || comm->link_of[r] == HCCL_LINK_SHM;
             pollable &=
                 r == rank || comm->link_of[r] == HCCL_LINK_SHM || comm->link_of[r] == HCCL_LINK_TCP;
         }
         hccl_reactor_set_drivable(comm->reactor, pollable);
-        if (all_shm && nranks > 1)
+        if (nranks > 1)
             HCCL_CHECK_GOTO(comm_open_lane(comm), res, err_free);
-        if (comm->link_ctx[HCCL_LINK_SHM])
-            hccl_shm_check_room(comm->link_ctx[HCCL_LINK_SHM],
-                                comm->lane ? hccl_lane_reach(comm->lane) : 0);
+        comm_check_room(comm);
     }
     comm->env.setup_watch_fd = -1;
     HCCL_CHECK_GOTO(hccl_bootstrap_setup_done(&bs.setup_fd, rank, nranks, hcclSuccess, rank, deadline),

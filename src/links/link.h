@@ -169,7 +169,11 @@ typedef struct hccl_link_ops {
     bool recv_consume;
     /* Reactor thread: sends c to every connected peer, keeping the connections open. Optional. */
     void (*notify)(void *ctx, const hccl_cause_t *c);
+    uint32_t caps;          /* HCCL_LINK_CAP_* */
+    const struct hccl_window_ops *window; /* with HCCL_LINK_CAP_WINDOW (see below) */
 } hccl_link_ops_t;
+
+enum { HCCL_LINK_CAP_WINDOW = 1u << 0 };
 
 #define HCCL_LINK_HAS_OP(ops_x, op_x)                                                    \
     ((ops_x)->size >= offsetof(hccl_link_ops_t, op_x) + sizeof((ops_x)->op_x) &&         \
@@ -216,53 +220,65 @@ extern const hccl_link_ops_t hccl_link_rdma_ops;
 #endif
 
 /*
- * ---- the shm lane: per lane operation, every rank of a one-host communicator publishes one
- * block, and maybe a part, that every other rank reads in place (shm_lane.c). Operations take
- * turns in two slots, so a rank may publish operation k only once it has finished k - 1 (read
- * every block and part of it): then everyone has read what k - 2 left in the slot it reuses.
- * Reactor thread (or its driver).
+ * ---- the window capability (HCCL_LINK_CAP_WINDOW): memory every rank of a group that the link
+ * reaches in full can read in place. In each round every rank publishes one block in its window,
+ * and maybe a part and flags, that every other rank reads where it lies: no transfer, no
+ * matching. Rounds take turns in two slots, so a rank may publish round k only once it has
+ * finished k - 1 (read every block and part of it): then everyone has read what k - 2 left in
+ * the slot it reuses. A block carries the sequence number and signature of the transfer it
+ * stands for, so readers can tell that two ranks called different things. Reactor thread (or
+ * whoever drives it).
  */
-/* The largest block: two slots of it and of a part per rank are mapped, and touched only as
- * far as operations reach. */
-#define HCCL_LANE_CAP (16u << 20)
-#define HCCL_LANE_PART_CAP (HCCL_LANE_CAP / 2 + 64) /* the largest share of a split operation */
-/* Whether every other rank of nranks is reached by this shm context. */
-bool hccl_shm_lane_reaches_all(void *shm_ctx, int nranks);
-/* rank's block of lane operation lseq: where we write ours, or read a peer's once published. */
-void *hccl_shm_lane_block(void *shm_ctx, int rank, uint64_t lseq);
-/* Publishes our block of lseq, with the call's sequence number and signature; peers that sleep
- * are rung. direct: the block is not in the slot but at this address of ours, which peers read
- * single-copy (only where hccl_shm_lane_direct_ok) and release through the part flag. */
-void hccl_shm_lane_publish(void *shm_ctx, uint64_t lseq, uint64_t coll_seq, uint32_t sig, const void *direct);
-/* Whether every local rank has found that it can read every other's memory single-copy. */
-bool hccl_shm_lane_direct_ok(void *shm_ctx);
-/* Whether rank's published block of lseq is read single-copy from its memory. */
-bool hccl_shm_lane_is_direct(void *shm_ctx, int rank, uint64_t lseq);
-/* Copies len bytes at off of rank's published block of lseq to dst, wherever the block is. */
-hcclResult_t hccl_shm_lane_read(void *shm_ctx, int rank, uint64_t lseq, size_t off, void *dst, size_t len);
-/* Whether rank has published its block of lseq; if so, what it called. */
-bool hccl_shm_lane_published(void *shm_ctx, int rank, uint64_t lseq, uint64_t *coll_seq, uint32_t *sig);
-/* A split operation's share of the result: rank's, and its publication. */
-void *hccl_shm_lane_part(void *shm_ctx, int rank, uint64_t lseq);
-void hccl_shm_lane_publish_part(void *shm_ctx, uint64_t lseq);
-bool hccl_shm_lane_part_published(void *shm_ctx, int rank, uint64_t lseq);
-/* A word per size class that rank 0 writes and every rank reads (the lane's choices). */
-#define HCCL_LANE_MODE_CLASSES 32
-uint64_t hccl_shm_lane_mode(void *shm_ctx, int cls);
-void hccl_shm_lane_set_mode(void *shm_ctx, int cls, uint64_t word);
-/* A grouped AllReduce's middle step: our group's sum of our share is in our block. */
-void hccl_shm_lane_publish_gpart(void *shm_ctx, uint64_t lseq);
-bool hccl_shm_lane_gpart_published(void *shm_ctx, int rank, uint64_t lseq);
-/* Whether rank sent a plan's message of collective coll_seq (a call the lane does not take). */
-bool hccl_shm_lane_plan_sent(void *shm_ctx, int rank, uint64_t coll_seq, uint32_t *sig);
-/* fn(arg) runs on the reactor after every doorbell: a block may have arrived. */
-void hccl_shm_lane_on_bell(void *shm_ctx, bool (*fn)(void *arg), void *arg);
-/*
- * The segments are sparse, and a page /dev/shm cannot supply when first touched is a SIGBUS:
- * where the host's segments (ring windows, and the lane's slots as far as lane_reach bytes,
- * 0 without a lane) could outgrow /dev/shm, the host's lowest rank warns, with the figures.
- */
-void hccl_shm_check_room(void *shm_ctx, size_t lane_reach);
+/* The largest block: two slots of it and of a part per rank are reserved, and touched only as
+ * far as rounds reach. */
+#define HCCL_WINDOW_CAP (16u << 20)
+#define HCCL_WINDOW_PART_CAP (HCCL_WINDOW_CAP / 2 + 64) /* the largest part */
+#define HCCL_WINDOW_WORDS 32 /* words that rank 0 writes and every rank reads */
+enum { HCCL_WINDOW_PART = 0, HCCL_WINDOW_GPART = 1 }; /* a slot's flags besides its block's */
+
+typedef struct hccl_window_ops {
+    /* Whether this context's window reaches every other rank of nranks. */
+    bool (*reaches_all)(void *ctx, int nranks);
+    /* rank's block of round: where we write ours, or read a peer's once published. */
+    void *(*block)(void *ctx, int rank, uint64_t round);
+    /* Publishes our block of round, labelled with (seq, sig); peers that sleep are rung.
+     * direct: the block is not in the slot but at this address of ours, which peers read
+     * single-copy (only where direct_ok) and release by our PART flag. */
+    void (*publish)(void *ctx, uint64_t round, uint64_t seq, uint32_t sig, const void *direct);
+    /* Whether rank has published its block of round; if so, its label. */
+    bool (*published)(void *ctx, int rank, uint64_t round, uint64_t *seq, uint32_t *sig);
+    /* Whether every rank has found that it can read every other's memory single-copy. */
+    bool (*direct_ok)(void *ctx);
+    /* Whether rank's published block of round is read single-copy from its memory. */
+    bool (*is_direct)(void *ctx, int rank, uint64_t round);
+    /* Copies len bytes at off of rank's published block of round to dst, wherever it is. */
+    hcclResult_t (*read)(void *ctx, int rank, uint64_t round, size_t off, void *dst, size_t len);
+    /* rank's part of round (up to HCCL_WINDOW_PART_CAP bytes). */
+    void *(*part)(void *ctx, int rank, uint64_t round);
+    /* Raises our flag (HCCL_WINDOW_PART or _GPART) of round; peers that sleep are rung. */
+    void (*raise)(void *ctx, int flag, uint64_t round);
+    bool (*raised)(void *ctx, int rank, int flag, uint64_t round);
+    /* Rank 0's words: set_word is ordered before rank 0's next publication. */
+    uint64_t (*word)(void *ctx, int idx);
+    void (*set_word)(void *ctx, int idx, uint64_t word);
+    /* Whether a message of transfer seq from rank has arrived (it was sent as a transfer, not
+     * through the window); if so, its signature. */
+    bool (*holds)(void *ctx, int rank, uint64_t seq, uint32_t *sig);
+    /* fn(arg) runs on the reactor whenever a peer may have published (after a doorbell). */
+    void (*on_bell)(void *ctx, bool (*fn)(void *arg), void *arg);
+    /* Memory the window may take where it is reserved but not yet touched: where the host could
+     * run out of it at reach bytes per block (0: no rounds), warns, with the figures. */
+    void (*check_room)(void *ctx, size_t reach);
+} hccl_window_ops_t;
+
+/* ops' window, where it has the capability; else NULL. */
+static inline const hccl_window_ops_t *hccl_link_window(const hccl_link_ops_t *ops)
+{
+    return ops->size >= offsetof(hccl_link_ops_t, window) + sizeof(ops->window) &&
+                   (ops->caps & HCCL_LINK_CAP_WINDOW)
+               ? ops->window
+               : NULL;
+}
 
 /* ---- sim: every rank in one process, for unit tests ---- */
 typedef struct hccl_sim_world hccl_sim_world_t;
@@ -276,5 +292,11 @@ uint64_t hccl_sim_bytes_sent(const hccl_sim_world_t *w, int rank);
 uint64_t hccl_sim_bytes_stored(const hccl_sim_world_t *w, int rank);
 /* Bytes rank has received so far into receives with xfer.read_direct. */
 uint64_t hccl_sim_bytes_read_direct(const hccl_sim_world_t *w, int rank);
+/* rank's window context (for hccl_sim_window_ops), owned by the world; NULL without memory. */
+extern const hccl_window_ops_t hccl_sim_window_ops;
+void *hccl_sim_world_window(hccl_sim_world_t *w, int rank);
+/* Runs the on_bell hook of every rank that a publication or flag rang since its hook last
+ * ran (sim has no doorbells: whoever drives the world rings); true if any hook moved. */
+bool hccl_sim_world_ring(hccl_sim_world_t *w);
 
 #endif /* HCCL_LINK_H */

@@ -50,21 +50,23 @@ static hcclResult_t lane_set_groups(hccl_lane_t *lane, const int *group_of)
     return hcclSuccess;
 }
 
-hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, const hccl_lane_limits_t *limits,
-                              hccl_lane_fatal_fn on_fatal, void *fatal_arg, hccl_lane_t **lane_p)
+hcclResult_t hccl_lane_create(const hccl_window_ops_t *win, void *wctx, int rank, int nranks,
+                              const hccl_lane_limits_t *limits, hccl_lane_fatal_fn on_fatal,
+                              void *fatal_arg, hccl_lane_t **lane_p)
 {
     hccl_lane_t *lane = hccl_calloc(1, sizeof(*lane));
 
     if (!lane)
         return HCCL_FAIL(hcclSystemError, "lane: out of memory");
-    lane->shm = shm_ctx;
+    lane->win = win;
+    lane->wctx = wctx;
     lane->rank = rank;
     lane->nranks = nranks;
     lane->limits = *limits;
-    if (lane->limits.max_bytes > HCCL_LANE_CAP)
-        lane->limits.max_bytes = HCCL_LANE_CAP;
-    if (lane->limits.rooted_max > HCCL_LANE_CAP)
-        lane->limits.rooted_max = HCCL_LANE_CAP;
+    if (lane->limits.max_bytes > HCCL_WINDOW_CAP)
+        lane->limits.max_bytes = HCCL_WINDOW_CAP;
+    if (lane->limits.rooted_max > HCCL_WINDOW_CAP)
+        lane->limits.rooted_max = HCCL_WINDOW_CAP;
     lane->limits.group_of = NULL;
     lane->failed = hcclSuccess;
     lane->on_fatal = on_fatal;
@@ -194,8 +196,8 @@ static bool lane_all_in(hccl_lane_t *lane, hccl_lane_op_t *op, hcclResult_t *res
         int r = (lane->rank + 1 + op->next_peer) % lane->nranks;
         uint64_t their_seq;
         uint32_t their_sig;
-        if (!hccl_shm_lane_published(lane->shm, r, op->lseq, &their_seq, &their_sig)) {
-            if (hccl_shm_lane_plan_sent(lane->shm, r, op->seq, &their_sig))
+        if (!lane->win->published(lane->wctx, r, op->lseq, &their_seq, &their_sig)) {
+            if (lane->win->holds(lane->wctx, r, op->seq, &their_sig))
                 lane_mismatch(lane, op, r, true, op->seq, their_sig);
             return false;
         }
@@ -350,15 +352,15 @@ bool hccl_lane_waiting_for(const hccl_lane_t *lane, const hccl_lane_op_t *want, 
         if (r == lane->rank)
             continue;
         if (!op->part_done)
-            waiting = !hccl_shm_lane_published(lane->shm, r, op->lseq, &their_seq, &their_sig);
+            waiting = !lane->win->published(lane->wctx, r, op->lseq, &their_seq, &their_sig);
         else if (!op->grouped)
-            waiting = !hccl_shm_lane_part_published(lane->shm, r, op->lseq);
+            waiting = !lane->win->raised(lane->wctx, r, HCCL_WINDOW_PART, op->lseq);
         else if (!op->final_done) /* the other CPUs' ranks whose sums are not in */
-            waiting =
-                !lane_in_group(lane, r) && !hccl_shm_lane_gpart_published(lane->shm, r, op->lseq);
+            waiting = !lane_in_group(lane, r) &&
+                      !lane->win->raised(lane->wctx, r, HCCL_WINDOW_GPART, op->lseq);
         else /* the parts of our CPU's ranks */
-            waiting =
-                lane_in_group(lane, r) && !hccl_shm_lane_part_published(lane->shm, r, op->lseq);
+            waiting = lane_in_group(lane, r) &&
+                      !lane->win->raised(lane->wctx, r, HCCL_WINDOW_PART, op->lseq);
         if (waiting)
             at += (size_t)snprintf(buf + at, len - at, "%s%d", at ? ", " : "", r);
     }

@@ -1,11 +1,11 @@
 /*
- * The lane: on a communicator whose ranks all share one host, a collective whose block is at
- * most HCCL_LANE_MAX bytes skips the plan. Every rank publishes its block in its shm lane
- * slot (links/link.h), then reads what it needs of everyone's in place: AllGather and
- * AlltoAll copy, Broadcast copies the root's, ReduceScatter reduces its share. AllReduce and
- * Reduce reduce every block up to the flat limit; above it they are split: rank r reduces
- * the r-th share of every block into its slot's part, and each rank (the root, for Reduce)
- * copies every part. Where ranks are pinned to CPUs in groups, a split AllReduce first sums each
+ * The lane: on a communicator whose ranks one link's window reaches (links/link.h, the window
+ * capability: shm on one host, sim in tests), a collective whose block is at most
+ * HCCL_LANE_MAX bytes skips the plan. Every rank publishes its block in its window slot, then
+ * reads what it needs of everyone's in place: AllGather and AlltoAll copy, Broadcast copies
+ * the root's, ReduceScatter reduces its share. AllReduce and Reduce reduce every block up to
+ * the flat limit; above it they are split: rank r reduces the r-th share of every block into
+ * its slot's part, and each rank (the root, for Reduce) copies every part. Where ranks are pinned to CPUs in groups, a split AllReduce first sums each
  * group's blocks share by share within the group, then adds the groups' sums over each
  * rank's share and gathers the shares within the group: what crosses between CPUs is one
  * sum per group. Blocks are reduced in a fixed order (rank order; grouped, rank order within
@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "links/link.h"
 #include "reactor/reactor.h"
 
 /* Above this an operation is split; below it the flat way is faster (docs/performance.md). */
@@ -58,7 +59,7 @@ struct hccl_lane_op {
     bool probe;                 /* rank 0: run the way not chosen, to time it */
     int next_part;              /* split: parts below it are copied out; direct: peers below
                                    it have released our block */
-    bool direct;                /* our block is read from sendbuf (hccl_shm_lane_publish) */
+    bool direct;                /* our block is read from sendbuf (hccl_window_ops_t.publish) */
     bool reads_direct;          /* a peer's block was: we release them through our part flag */
     /* Runs once, with the reactor's work held: the op is off the lane and may be freed. */
     void (*done)(hccl_lane_op_t *op, hcclResult_t res, const char *msg);
@@ -67,7 +68,7 @@ struct hccl_lane_op {
 
 /* Which calls a lane takes, by their bytes (hccl_lane_call_bytes). */
 typedef struct {
-    size_t max_bytes;  /* the largest (at most HCCL_LANE_CAP) */
+    size_t max_bytes;  /* the largest (at most HCCL_WINDOW_CAP) */
     size_t flat_max;   /* AllReduce and Reduce are split above it */
     /* Broadcast and Reduce from rooted_min to rooted_max bytes: below, plans let the other
      * ranks run ahead of the root, where the lane holds everyone to the slowest (that wins only
@@ -84,7 +85,7 @@ typedef struct {
     const int *group_of;
     /* Grouped whenever there are groups (tests); otherwise rank 0 times both ways per size
      * class, the way that took less, trying the other now and then, and every rank follows
-     * (hccl_shm_lane_mode). */
+     * (a window word). */
     bool group_always;
     /* Rank 0's choice: the least time from a class's first operation to its first try of the
      * other way, and between tries (0: 50 ms; tests make it short). */
@@ -92,14 +93,15 @@ typedef struct {
 } hccl_lane_limits_t;
 
 /*
- * A lane over shm_ctx (a one-host communicator's shm link). When ranks called different
- * collectives (a peer's block says another call, or a peer sent a plan's message for the
- * call's sequence number), on_fatal(arg, hcclInvalidUsage, why) is called once, and the
- * communicator is expected to fail (hccl_lane_fail_all).
+ * A lane over the window win of a link's context wctx, which reaches every rank. When ranks
+ * called different collectives (a peer's block says another call, or a peer sent a plan's
+ * message for the call's sequence number), on_fatal(arg, hcclInvalidUsage, why) is called
+ * once, and the communicator is expected to fail (hccl_lane_fail_all).
  */
 typedef void (*hccl_lane_fatal_fn)(void *arg, hcclResult_t res, const char *msg);
-hcclResult_t hccl_lane_create(void *shm_ctx, int rank, int nranks, const hccl_lane_limits_t *limits,
-                              hccl_lane_fatal_fn on_fatal, void *fatal_arg, hccl_lane_t **lane_p);
+hcclResult_t hccl_lane_create(const hccl_window_ops_t *win, void *wctx, int rank, int nranks,
+                              const hccl_lane_limits_t *limits, hccl_lane_fatal_fn on_fatal,
+                              void *fatal_arg, hccl_lane_t **lane_p);
 void hccl_lane_destroy(hccl_lane_t *lane);
 /*
  * The bytes a call puts in its block (its root's, for Broadcast): the size the lane's limits
@@ -116,7 +118,7 @@ bool hccl_lane_poll(void *lane);
 bool hccl_lane_idle(const hccl_lane_t *lane);
 /* How many CPU groups split AllReduces may run by (0: none; see hccl_lane_limits_t). */
 int hccl_lane_groups(const hccl_lane_t *lane);
-/* The largest block any call may put in a slot (at most HCCL_LANE_CAP). */
+/* The largest block any call may put in a slot (at most HCCL_WINDOW_CAP). */
 size_t hccl_lane_reach(const hccl_lane_t *lane);
 /* Puts op's copy in its place in the queue (a caller that stops driving its own op). */
 void hccl_lane_replace(hccl_lane_t *lane, hccl_lane_op_t *op, hccl_lane_op_t *copy);

@@ -38,7 +38,7 @@ static int mode_class(size_t bytes)
 {
     int c = 0;
 
-    while (c < HCCL_LANE_MODE_CLASSES - 1 && ((size_t)2 << c) <= bytes)
+    while (c < HCCL_WINDOW_WORDS - 1 && ((size_t)2 << c) <= bytes)
         c++;
     return c;
 }
@@ -90,7 +90,7 @@ static bool choice_next(lane_choice_t *c, int64_t gap_ns, bool *probe)
 static bool lane_choose_grouped(hccl_lane_t *lane, hccl_lane_op_t *op, size_t bytes)
 {
     int cls = mode_class(bytes);
-    uint64_t word = hccl_shm_lane_mode(lane->shm, cls);
+    uint64_t word = lane->win->word(lane->wctx, cls);
     bool grouped = op->lseq >= word >> 2 ? word & 1 : (word >> 1) & 1;
 
     if (lane->limits.group_always)
@@ -101,7 +101,7 @@ static bool lane_choose_grouped(hccl_lane_t *lane, hccl_lane_op_t *op, size_t by
         op->probe = c->next_probe;
         next = choice_next(c, lane->limits.choice_ns ? lane->limits.choice_ns : CHOICE_PROBE_NS, &probe);
         c->next_probe = probe;
-        hccl_shm_lane_set_mode(lane->shm, cls, (op->lseq + 1) << 2 | (uint64_t)grouped << 1 | next);
+        lane->win->set_word(lane->wctx, cls, (op->lseq + 1) << 2 | (uint64_t)grouped << 1 | next);
     }
     return grouped;
 }
@@ -155,7 +155,7 @@ static void choice_record(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t by
 
 hcclResult_t hccl_lane_choice_create(hccl_lane_t *lane)
 {
-    lane->choice = hccl_calloc(HCCL_LANE_MODE_CLASSES, sizeof(*lane->choice));
+    lane->choice = hccl_calloc(HCCL_WINDOW_WORDS, sizeof(*lane->choice));
     return lane->choice ? hcclSuccess : HCCL_FAIL(hcclSystemError, "lane: out of memory");
 }
 

@@ -26,7 +26,7 @@ static bool lane_goes_direct(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t
     if (op->coll != HCCL_COLL_ALLTOALL || bytes < lane->limits.direct_min ||
         (s < r + bytes && r < s + bytes))
         return false;
-    return hccl_shm_lane_direct_ok(lane->shm);
+    return lane->win->direct_ok(lane->wctx);
 }
 
 static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n);
@@ -54,7 +54,7 @@ void hccl_lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
     op->lseq = lane->next_lseq++;
     hccl_lane_choose_way(lane, op, bytes);
     op->direct = bytes && lane_goes_direct(lane, op, bytes);
-    block = hccl_shm_lane_block(lane->shm, lane->rank, op->lseq);
+    block = lane->win->block(lane->wctx, lane->rank, op->lseq);
     if (op->split) {
         /* Our own share of a split operation is read by us alone, from sendbuf. */
         size_t esz = hccl_dtype_size(op->dtype), first, n;
@@ -65,7 +65,7 @@ void hccl_lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
     } else if (bytes && !op->direct) {
         memcpy(block, op->sendbuf, bytes);
     }
-    hccl_shm_lane_publish(lane->shm, op->lseq, op->seq, op->sig, op->direct ? op->sendbuf : NULL);
+    lane->win->publish(lane->wctx, op->lseq, op->seq, op->sig, op->direct ? op->sendbuf : NULL);
     op->published = true;
 }
 
@@ -80,9 +80,9 @@ static hcclResult_t lane_copy(hccl_lane_t *lane, hccl_lane_op_t *op, int r, size
             memcpy(dst, mine, cb);
         return hcclSuccess;
     }
-    if (hccl_shm_lane_is_direct(lane->shm, r, op->lseq))
+    if (lane->win->is_direct(lane->wctx, r, op->lseq))
         op->reads_direct = true;
-    return hccl_shm_lane_read(lane->shm, r, op->lseq, off, dst, cb);
+    return lane->win->read(lane->wctx, r, op->lseq, off, dst, cb);
 }
 
 /* Elements [*first, *first + *n) of count: share r of nranks (the remainder one each to the first).
@@ -98,7 +98,7 @@ static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n
 /* Rank r's block: ours of a split operation is sendbuf (hccl_lane_publish). */
 static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
 {
-    return op->split && r == lane->rank ? op->sendbuf : hccl_shm_lane_block(lane->shm, r, op->lseq);
+    return op->split && r == lane->rank ? op->sendbuf : lane->win->block(lane->wctx, r, op->lseq);
 }
 
 /* dst = op over every rank's block at byte offset off, for n elements, in rank order. */
@@ -146,7 +146,7 @@ hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
          * owners' memory are released. */
         hcclResult_t res = hccl_lane_move(lane, op, lane->rank);
         if (res == hcclSuccess && op->reads_direct)
-            hccl_shm_lane_publish_part(lane->shm, op->lseq);
+            lane->win->raise(lane->wctx, HCCL_WINDOW_PART, op->lseq);
         return res;
     }
     case HCCL_COLL_REDUCESCATTER:
@@ -168,10 +168,10 @@ hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
         return hcclSuccess;
     }
     lane_share(op->count, lane->nranks, lane->rank, &first, &n);
-    part = hccl_shm_lane_part(lane->shm, lane->rank, op->lseq);
+    part = lane->win->part(lane->wctx, lane->rank, op->lseq);
     if (n)
         lane_reduce_all(lane, op, part, first * esz, n);
-    hccl_shm_lane_publish_part(lane->shm, op->lseq);
+    lane->win->raise(lane->wctx, HCCL_WINDOW_PART, op->lseq);
     return hcclSuccess;
 }
 
@@ -193,7 +193,7 @@ static void lane_group_sum(hccl_lane_t *lane, hccl_lane_op_t *op)
     size_t esz = hccl_dtype_size(op->dtype), first, n;
     const int *m = lane->members + lane->gfirst[lane->group];
     int g = group_size(lane, lane->group);
-    char *dst = (char *)hccl_shm_lane_block(lane->shm, lane->rank, op->lseq);
+    char *dst = (char *)lane->win->block(lane->wctx, lane->rank, op->lseq);
 
     lane_own_share(lane, op, &first, &n);
     dst += first * esz;
@@ -206,7 +206,7 @@ static void lane_group_sum(hccl_lane_t *lane, hccl_lane_op_t *op)
             hccl_reduce(dst, dst, lane_block_of(lane, op, m[i]) + first * esz, n, op->dtype,
                         op->op);
     }
-    hccl_shm_lane_publish_gpart(lane->shm, op->lseq);
+    lane->win->raise(lane->wctx, HCCL_WINDOW_GPART, op->lseq);
 }
 
 /*
@@ -232,8 +232,8 @@ static bool lane_pieces(hccl_lane_t *lane, hccl_lane_op_t *op, piece_fn fn, void
             lane_share(op->count, g, i, &f, &c);
             if (f + c < end)
                 end = f + c;
-            piece[k] = (const char *)hccl_shm_lane_block(lane->shm, r, op->lseq) + at * esz;
-            if (r != lane->rank && !hccl_shm_lane_gpart_published(lane->shm, r, op->lseq))
+            piece[k] = (const char *)lane->win->block(lane->wctx, r, op->lseq) + at * esz;
+            if (r != lane->rank && !lane->win->raised(lane->wctx, r, HCCL_WINDOW_GPART, op->lseq))
                 piece[k] = NULL;
         }
         if (!fn(lane, op, piece, at, end - at, arg))
@@ -282,11 +282,11 @@ bool hccl_lane_final(hccl_lane_t *lane, hccl_lane_op_t *op)
     lane_own_share(lane, op, &first, &n);
     dst = group_size(lane, lane->group) == 1
               ? (char *)op->recvbuf + first * esz
-              : (char *)hccl_shm_lane_part(lane->shm, lane->rank, op->lseq);
+              : (char *)lane->win->part(lane->wctx, lane->rank, op->lseq);
     lane_pieces(lane, op, piece_sum, dst);
     if (op->op == hcclAvg && n)
         hccl_reduce_div(dst, n, op->dtype, lane->nranks);
-    hccl_shm_lane_publish_part(lane->shm, op->lseq);
+    lane->win->raise(lane->wctx, HCCL_WINDOW_PART, op->lseq);
     return true;
 }
 
@@ -295,7 +295,7 @@ bool hccl_lane_released(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
     for (; op->next_part < lane->nranks; op->next_part++)
         if (op->next_part != lane->rank &&
-            !hccl_shm_lane_part_published(lane->shm, op->next_part, op->lseq))
+            !lane->win->raised(lane->wctx, op->next_part, HCCL_WINDOW_PART, op->lseq))
             return false;
     return true;
 }
@@ -310,10 +310,10 @@ bool hccl_lane_gather(hccl_lane_t *lane, hccl_lane_op_t *op)
 
     for (; g > 1 && op->next_part < g; op->next_part++) {
         int r = m ? m[op->next_part] : op->next_part;
-        if (r != lane->rank && !hccl_shm_lane_part_published(lane->shm, r, op->lseq))
+        if (r != lane->rank && !lane->win->raised(lane->wctx, r, HCCL_WINDOW_PART, op->lseq))
             return false;
         lane_share(op->count, g, op->next_part, &first, &n);
-        memcpy((char *)op->recvbuf + first * esz, hccl_shm_lane_part(lane->shm, r, op->lseq),
+        memcpy((char *)op->recvbuf + first * esz, lane->win->part(lane->wctx, r, op->lseq),
                n * esz);
     }
     return true;

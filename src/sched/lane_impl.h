@@ -5,6 +5,7 @@
 #ifndef HCCL_LANE_IMPL_H
 #define HCCL_LANE_IMPL_H
 
+#include "links/link.h"
 #include "sched/lane.h"
 
 typedef struct lane_choice lane_choice_t;
@@ -17,7 +18,8 @@ typedef struct {
 } lane_last_t;
 
 struct hccl_lane {
-    void *shm;                  /* borrowed: the shm link's context */
+    const hccl_window_ops_t *win; /* the window of a link that reaches every rank */
+    void *wctx;                 /* borrowed: that link's context */
     int rank;
     int nranks;
     hccl_lane_limits_t limits;
@@ -35,7 +37,7 @@ struct hccl_lane {
     int *gfirst;                /* [ngroups + 1]: group k is members[gfirst[k] .. gfirst[k + 1]) */
     int group, gindex;          /* ours, and our place in it */
     const char **piece;         /* [ngroups]: scratch of lane_pieces */
-    lane_choice_t *choice;      /* rank 0, where grouped: [HCCL_LANE_MODE_CLASSES] (lane_choice.c) */
+    lane_choice_t *choice;      /* rank 0, where grouped: [HCCL_WINDOW_WORDS] (lane_choice.c) */
     lane_last_t last;           /* rank 0: the operation it published last */
 };
 

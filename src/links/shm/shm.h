@@ -45,33 +45,32 @@ typedef struct {
 typedef struct {
     _Alignas(64) _Atomic uint32_t polling; /* its progress thread spins: senders need not ring */
     _Alignas(64) _Atomic uint32_t reads_all; /* its owner can read every local peer's memory */
-    /* rank 0's: how the lane runs split AllReduces, per size class (hccl_shm_lane_mode) */
-    _Alignas(64) _Atomic uint64_t lane_mode[HCCL_LANE_MODE_CLASSES];
+    /* rank 0's window words (hccl_window_ops_t.word) */
+    _Alignas(64) _Atomic uint64_t words[HCCL_WINDOW_WORDS];
 } shm_seg_hdr_t;
 
 /*
- * The lane (shm_lane.c): two slots after the segment's head, used in turn by lane operations.
- * The owner writes its block and then seq; the sequence number shares the block's first
- * cache line, so that a reader of a small block waits on one line only. part holds the
- * owner's share of a split operation's result, published by part_seq; gpart_seq says that
- * the owner's share of its CPU group's sum is in data (a grouped AllReduce, lane.c).
+ * The window (shm_window.c): two slots after the segment's head, used in turn by rounds.
+ * The owner writes its block and then seq; the round shares the block's first cache line, so
+ * that a reader of a small block waits on one line only. part holds what the owner publishes
+ * by its PART flag (part_seq); GPART (gpart_seq) is a flag without memory of its own.
  */
 typedef struct {
-    _Alignas(64) _Atomic uint64_t seq; /* 1 + the lane operation whose block data holds; 0: none */
-    uint64_t coll_seq;                 /* its collective sequence number and signature, */
-    uint32_t sig;                      /* which every reader compares with its own */
+    _Alignas(64) _Atomic uint64_t seq; /* 1 + the round whose block data holds; 0: none */
+    uint64_t label_seq;                /* its label: the transfer's sequence number and */
+    uint32_t sig;                      /* signature, which every reader compares with its own */
     uint32_t reserved;
     uint64_t addr;                     /* nonzero: the block is at this address in the owner,
                                         * read single-copy, and data is unused */
-    unsigned char data[HCCL_LANE_CAP];
+    unsigned char data[HCCL_WINDOW_CAP];
     _Alignas(64) _Atomic uint64_t part_seq;
     _Alignas(64) _Atomic uint64_t gpart_seq;
-    _Alignas(64) unsigned char part[HCCL_LANE_PART_CAP];
-} shm_lane_slot_t;
+    _Alignas(64) unsigned char part[HCCL_WINDOW_PART_CAP];
+} shm_window_slot_t;
 
-#define SHM_LANE_AREA_BYTES ((2 * sizeof(shm_lane_slot_t) + 4095) & ~(size_t)4095)
+#define SHM_WINDOW_AREA_BYTES ((2 * sizeof(shm_window_slot_t) + 4095) & ~(size_t)4095)
 /* Where the rings start in a segment. */
-#define SHM_RINGS_OFFSET (SHM_SEG_HDR_BYTES + SHM_LANE_AREA_BYTES)
+#define SHM_RINGS_OFFSET (SHM_SEG_HDR_BYTES + SHM_WINDOW_AREA_BYTES)
 
 typedef struct shm_conn {
     hccl_conn_t conn;          /* conn.priv points back here */
@@ -105,8 +104,8 @@ typedef struct shm_ctx {
     shm_conn_t **conns;        /* [nranks], owned */
     int *active;               /* ranks with a connection */
     int nactive;
-    bool (*bell_hook)(void *arg); /* runs after the rings at each doorbell (the lane's progress) */
-    bool lane_direct;          /* every local rank reads every other's memory (seen once) */
+    bool (*bell_hook)(void *arg); /* runs after the rings at each doorbell (the window's reader) */
+    bool window_direct;        /* every local rank reads every other's memory (seen once) */
     void *bell_hook_arg;
 } shm_ctx_t;
 
@@ -130,8 +129,11 @@ bool hccl_shm_room_short(size_t per_rank, int nlocal, size_t *room_p, size_t *ne
 /* Unlinks the segments our user's dead processes left in /dev/shm; returns how many. */
 int hccl_shm_reclaim_stale(void);
 hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob);
-/* After connecting: whether this rank can read each peer's memory single-copy (shm_lane.c). */
-void hccl_shm_lane_probe(shm_ctx_t *ctx);
+/* After connecting: whether this rank can read each peer's memory single-copy (shm_window.c). */
+void hccl_shm_window_probe(shm_ctx_t *ctx);
+extern const hccl_window_ops_t hccl_shm_window_ops;
+/* hccl_window_ops_t.check_room (shm_ops.c). */
+void hccl_shm_check_room(void *shm_ctx, size_t reach);
 hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms);
 void hccl_shm_conn_close(shm_conn_t *sc);
 /* Whether the peer has closed its side (it died or aborted): memory just read single-copy from

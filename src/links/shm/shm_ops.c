@@ -248,7 +248,7 @@ static hcclResult_t shm_connect(void *vctx, const int *peers, int npeers, int64_
     cpus_own = shm_cpus_own(ctx);
     ctx->ring_used = shm_ring_window(ctx, cpus_own);
     HCCL_CHECK(hccl_shm_connect_all(ctx, peers, npeers, deadline_ms));
-    hccl_shm_lane_probe(ctx);
+    hccl_shm_window_probe(ctx);
     ctx->bell_ev = event_new(base, ctx->bell_fd, EV_READ | EV_PERSIST, shm_on_bell, ctx);
     ctx->more_ev = evtimer_new(base, shm_on_more, ctx);
     if (!ctx->bell_ev || !ctx->more_ev || event_add(ctx->bell_ev, NULL) != 0)
@@ -392,15 +392,17 @@ const hccl_link_ops_t hccl_link_shm_ops = {
     .close = shm_close_peer,
     .recv_consume = true,
     .notify = shm_notify,
+    .caps = HCCL_LINK_CAP_WINDOW,
+    .window = &hccl_shm_window_ops,
 };
 
-void hccl_shm_check_room(void *shm_ctx, size_t lane_reach)
+void hccl_shm_check_room(void *shm_ctx, size_t reach)
 {
     shm_ctx_t *ctx = shm_ctx;
-    /* Two lane slots, each a block and a split operation's part of at most half of one. */
-    size_t lane = 2 * (lane_reach + lane_reach / 2);
+    /* Two window slots, each a block and a part of at most half of one. */
+    size_t window = 2 * (reach + reach / 2);
     size_t per_rank =
-        SHM_SEG_HDR_BYTES + lane + (size_t)ctx->nactive * hccl_shm_slot_bytes(ctx->ring_used);
+        SHM_SEG_HDR_BYTES + window + (size_t)ctx->nactive * hccl_shm_slot_bytes(ctx->ring_used);
     size_t room = 0, need = 0;
 
     for (int i = 0; i < ctx->nactive; i++)
@@ -410,8 +412,9 @@ void hccl_shm_check_room(void *shm_ctx, size_t lane_reach)
         return;
     HCCL_WARN(
         "rank %d: shm: /dev/shm has %zu MiB free, but the %d ranks of this host may come to "
-        "use up to %zu MiB of it (per rank: %zu KiB of ring per local peer and %zu KiB of lane "
+        "use up to %zu MiB of it (per rank: %zu KiB of ring per local peer and %zu KiB of window "
         "slots); a rank that touches a page /dev/shm cannot supply dies of SIGBUS. Give "
         "/dev/shm more room (docker: --shm-size), or lower HCCL_BUFFSIZE and HCCL_LANE_MAX",
-        ctx->env->rank, room >> 20, ctx->nactive + 1, need >> 20, ctx->ring_used >> 10, lane >> 10);
+        ctx->env->rank, room >> 20, ctx->nactive + 1, need >> 20, ctx->ring_used >> 10,
+        window >> 10);
 }

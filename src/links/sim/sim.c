@@ -2,8 +2,10 @@
  * sim: every rank in one process. A send completes only when the matching
  * receive is posted (no buffering at all), so a plan that would need the
  * wire to hold data for it deadlocks here instead of passing by luck.
+ * It has the window capability too (link.h), over memory of this process.
  */
 #include <string.h>
+#include <sys/mman.h>
 
 #include "links/link.h"
 
@@ -16,10 +18,34 @@ typedef struct sim_rank {
     uint64_t bytes_read_direct;  /* received by receives marked read_direct */
 } sim_rank_t;
 
+/* A rank's window: two slots of a block and a part, as shm's, in memory of this process. */
+typedef struct {
+    uint64_t seq;              /* 1 + the round whose block is published; 0: none */
+    uint64_t label_seq;
+    uint32_t sig;
+    const void *addr;          /* non-NULL: the block is there, read in place (direct) */
+    uint64_t flag[2];          /* HCCL_WINDOW_PART, _GPART: 1 + the round raised */
+    unsigned char *data;       /* HCCL_WINDOW_CAP bytes */
+    unsigned char *part;       /* HCCL_WINDOW_PART_CAP bytes */
+} sim_slot_t;
+
+typedef struct {
+    hccl_sim_world_t *w;
+    int rank;
+    sim_slot_t slot[2];
+    bool (*bell)(void *arg);   /* on_bell's hook, and whether a peer published since it ran */
+    void *bell_arg;
+    bool rung;
+} sim_window_t;
+
 struct hccl_sim_world {
     hccl_reactor_t *reactor;
     int nranks;
     sim_rank_t *ranks;
+    sim_window_t *windows;     /* [nranks], made by the first hccl_sim_world_window */
+    unsigned char *window_mem; /* their slots: mapped, touched only as far as rounds reach */
+    size_t window_bytes;
+    uint64_t words[HCCL_WINDOW_WORDS];
 };
 
 static const hccl_link_ops_t sim_ops;
@@ -149,6 +175,9 @@ void hccl_sim_world_destroy(hccl_sim_world_t *w)
 {
     if (!w)
         return;
+    if (w->window_mem)
+        munmap(w->window_mem, w->window_bytes);
+    hccl_free(w->windows);
     for (int i = 0; w->ranks && i < w->nranks; i++) {
         sim_rank_t *sr = &w->ranks[i];
         for (int j = 0; sr->conns && j < w->nranks; j++) {
@@ -183,4 +212,196 @@ uint64_t hccl_sim_bytes_stored(const hccl_sim_world_t *w, int rank)
 uint64_t hccl_sim_bytes_read_direct(const hccl_sim_world_t *w, int rank)
 {
     return w->ranks[rank].bytes_read_direct;
+}
+
+/* ---- the window ---- */
+
+static sim_slot_t *sim_slot(void *ctx, int rank, uint64_t round)
+{
+    sim_window_t *win = ctx;
+
+    return &win->w->windows[rank].slot[round & 1];
+}
+
+static bool sim_window_reaches_all(void *ctx, int nranks)
+{
+    return ((sim_window_t *)ctx)->w->nranks == nranks;
+}
+
+static void *sim_window_block(void *ctx, int rank, uint64_t round)
+{
+    return sim_slot(ctx, rank, round)->data;
+}
+
+/* Every peer is rung: whoever drives the world runs their hooks (hccl_sim_world_ring). */
+static void sim_window_ring(sim_window_t *win)
+{
+    for (int r = 0; r < win->w->nranks; r++)
+        if (r != win->rank)
+            win->w->windows[r].rung = true;
+}
+
+static void sim_window_publish(void *ctx, uint64_t round, uint64_t seq, uint32_t sig,
+                               const void *direct)
+{
+    sim_window_t *win = ctx;
+    sim_slot_t *slot = sim_slot(ctx, win->rank, round);
+
+    slot->label_seq = seq;
+    slot->sig = sig;
+    slot->addr = direct;
+    slot->seq = round + 1;
+    sim_window_ring(win);
+}
+
+static bool sim_window_published(void *ctx, int rank, uint64_t round, uint64_t *seq, uint32_t *sig)
+{
+    sim_slot_t *slot = sim_slot(ctx, rank, round);
+
+    if (slot->seq != round + 1)
+        return false;
+    *seq = slot->label_seq;
+    *sig = slot->sig;
+    return true;
+}
+
+/* One process: every rank reads every other's memory. */
+static bool sim_window_direct_ok(void *ctx)
+{
+    (void)ctx;
+    return true;
+}
+
+static bool sim_window_is_direct(void *ctx, int rank, uint64_t round)
+{
+    return sim_slot(ctx, rank, round)->addr != NULL;
+}
+
+static hcclResult_t sim_window_read(void *ctx, int rank, uint64_t round, size_t off, void *dst,
+                                    size_t len)
+{
+    sim_slot_t *slot = sim_slot(ctx, rank, round);
+
+    memcpy(dst, (const unsigned char *)(slot->addr ? slot->addr : slot->data) + off, len);
+    return hcclSuccess;
+}
+
+static void *sim_window_part(void *ctx, int rank, uint64_t round)
+{
+    return sim_slot(ctx, rank, round)->part;
+}
+
+static void sim_window_raise(void *ctx, int flag, uint64_t round)
+{
+    sim_window_t *win = ctx;
+
+    sim_slot(ctx, win->rank, round)->flag[flag] = round + 1;
+    sim_window_ring(win);
+}
+
+static bool sim_window_raised(void *ctx, int rank, int flag, uint64_t round)
+{
+    return sim_slot(ctx, rank, round)->flag[flag] == round + 1;
+}
+
+static uint64_t sim_window_word(void *ctx, int idx)
+{
+    return ((sim_window_t *)ctx)->w->words[idx];
+}
+
+static void sim_window_set_word(void *ctx, int idx, uint64_t word)
+{
+    ((sim_window_t *)ctx)->w->words[idx] = word;
+}
+
+/* A send of seq from rank to us that no receive has taken yet: a message that arrived. */
+static bool sim_window_holds(void *ctx, int rank, uint64_t seq, uint32_t *sig)
+{
+    sim_window_t *win = ctx;
+
+    for (hccl_xfer_t *x = win->w->ranks[rank].sends_to[win->rank].head; x; x = x->next) {
+        if (x->seq == seq) {
+            *sig = x->sig;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void sim_window_on_bell(void *ctx, bool (*fn)(void *arg), void *arg)
+{
+    sim_window_t *win = ctx;
+
+    win->bell = fn;
+    win->bell_arg = arg;
+}
+
+/* The slots are this process's memory, mapped without reserving it: nothing to warn of. */
+static void sim_window_check_room(void *ctx, size_t reach)
+{
+    (void)ctx;
+    (void)reach;
+}
+
+const hccl_window_ops_t hccl_sim_window_ops = {
+    .reaches_all = sim_window_reaches_all,
+    .block = sim_window_block,
+    .publish = sim_window_publish,
+    .published = sim_window_published,
+    .direct_ok = sim_window_direct_ok,
+    .is_direct = sim_window_is_direct,
+    .read = sim_window_read,
+    .part = sim_window_part,
+    .raise = sim_window_raise,
+    .raised = sim_window_raised,
+    .word = sim_window_word,
+    .set_word = sim_window_set_word,
+    .holds = sim_window_holds,
+    .on_bell = sim_window_on_bell,
+    .check_room = sim_window_check_room,
+};
+
+void *hccl_sim_world_window(hccl_sim_world_t *w, int rank)
+{
+    size_t per_slot = (size_t)HCCL_WINDOW_CAP + HCCL_WINDOW_PART_CAP;
+
+    if (!w->windows) {
+        w->window_bytes = (size_t)w->nranks * 2 * per_slot;
+        w->window_mem = mmap(NULL, w->window_bytes, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        w->windows = hccl_calloc((size_t)w->nranks, sizeof(*w->windows));
+        if (w->window_mem == MAP_FAILED || !w->windows) {
+            if (w->window_mem != MAP_FAILED)
+                munmap(w->window_mem, w->window_bytes);
+            w->window_mem = NULL;
+            hccl_free(w->windows);
+            w->windows = NULL;
+            HCCL_FAIL(hcclSystemError, "sim: no memory for %d ranks' windows", w->nranks);
+            return NULL;
+        }
+        for (int r = 0; r < w->nranks; r++) {
+            w->windows[r].w = w;
+            w->windows[r].rank = r;
+            for (int k = 0; k < 2; k++) {
+                unsigned char *at = w->window_mem + ((size_t)r * 2 + (size_t)k) * per_slot;
+                w->windows[r].slot[k].data = at;
+                w->windows[r].slot[k].part = at + HCCL_WINDOW_CAP;
+            }
+        }
+    }
+    return &w->windows[rank];
+}
+
+bool hccl_sim_world_ring(hccl_sim_world_t *w)
+{
+    bool moved = false;
+
+    for (int r = 0; w->windows && r < w->nranks; r++) {
+        sim_window_t *win = &w->windows[r];
+        if (win->rung && win->bell) {
+            win->rung = false;
+            moved |= win->bell(win->bell_arg);
+        }
+    }
+    return moved;
 }

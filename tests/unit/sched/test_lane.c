@@ -1,8 +1,12 @@
 /*
- * The shm lane with every rank in this process: each rank's shm context is built by hand over
- * an anonymous mapping that stands for its segment and that the others use as their peer's,
- * so the lane's own code (slots, turns, rank-order reduction, queueing, failure) runs as
- * between processes, driven round-robin.
+ * The lane with every rank in this process, over each link with the window capability: every
+ * test runs twice.
+ *   shm: each rank's shm context is built by hand over an anonymous mapping that stands for its
+ *        segment and that the others use as their peer's, so the lane's own code (slots, turns,
+ *        rank-order reduction, queueing, failure) runs as between processes, driven round-robin;
+ *   sim: the sim world's windows, driven only by their doorbells (a rank's lane runs when a
+ *        peer published or raised a flag since it last ran), so a publication that forgets to
+ *        ring leaves an operation unfinished and the test fails.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,7 +38,12 @@ typedef struct {
     void *seg[MAXR];
     hccl_lane_t *lane[MAXR];
     char fatal[MAXR][512]; /* what on_fatal said, per rank */
+    hccl_sim_world_t *sim; /* over sim: its windows, and wctx[r] is rank r's */
+    const hccl_window_ops_t *win;
+    void *wctx[MAXR];
 } world_t;
+
+static bool over_sim; /* which window the tests run over */
 
 static void on_fatal(void *arg, hcclResult_t res, const char *msg)
 {
@@ -49,6 +58,22 @@ static world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const
 
     assert_non_null(w);
     w->n = n;
+    if (over_sim) {
+        hccl_lane_limits_t limits = {max_bytes, flat_max, 0, max_bytes, SIZE_MAX, group_of, always, 1};
+        assert_int_equal(hccl_sim_world_create(NULL, n, &w->sim), hcclSuccess);
+        w->win = &hccl_sim_window_ops;
+        for (int r = 0; r < n; r++) {
+            assert_non_null(w->wctx[r] = hccl_sim_world_window(w->sim, r));
+            assert_true(w->win->reaches_all(w->wctx[r], n));
+            assert_false(w->win->reaches_all(w->wctx[r], n + 1));
+            assert_int_equal(hccl_lane_create(w->win, w->wctx[r], r, n, &limits, on_fatal, &w->fatal[r],
+                                              &w->lane[r]),
+                             hcclSuccess);
+            w->win->on_bell(w->wctx[r], hccl_lane_poll, w->lane[r]);
+        }
+        return w;
+    }
+    w->win = &hccl_shm_window_ops;
     /* Zero pages, touched only where used, as a fresh shm segment is. */
     for (int r = 0; r < n; r++) {
         w->seg[r] = mmap(NULL, SHM_RINGS_OFFSET, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -56,6 +81,7 @@ static world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const
     }
     for (int r = 0; r < n; r++) {
         shm_ctx_t *ctx = &w->ctx[r];
+        w->wctx[r] = ctx;
         w->env[r].rank = r;
         w->env[r].nranks = n;
         ctx->env = &w->env[r];
@@ -70,10 +96,10 @@ static world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const
             w->conns[r][p] = &w->conn[r][p];
             ctx->active[ctx->nactive++] = p;
         }
-        assert_true(hccl_shm_lane_reaches_all(ctx, n));
+        assert_true(hccl_shm_window_ops.reaches_all(ctx, n));
         /* Tries of the other way as soon as the operation counts allow. */
         hccl_lane_limits_t limits = {max_bytes, flat_max, 0, max_bytes, SIZE_MAX, group_of, always, 1};
-        assert_int_equal(hccl_lane_create(ctx, r, n, &limits, on_fatal, &w->fatal[r], &w->lane[r]), hcclSuccess);
+        assert_int_equal(hccl_lane_create(&hccl_shm_window_ops, ctx, r, n, &limits, on_fatal, &w->fatal[r], &w->lane[r]), hcclSuccess);
     }
     return w;
 }
@@ -92,8 +118,10 @@ static void world_free(world_t *w)
 {
     for (int r = 0; r < w->n; r++) {
         hccl_lane_destroy(w->lane[r]);
-        munmap(w->seg[r], SHM_RINGS_OFFSET);
+        if (!w->sim)
+            munmap(w->seg[r], SHM_RINGS_OFFSET);
     }
+    hccl_sim_world_destroy(w->sim);
     free(w);
 }
 
@@ -135,7 +163,9 @@ static int drive(world_t *w)
 
     do {
         moved = false;
-        for (int r = 0; r < w->n; r++)
+        if (w->sim)
+            moved = hccl_sim_world_ring(w->sim);
+        for (int r = 0; !w->sim && r < w->n; r++)
             moved |= hccl_lane_poll(w->lane[r]);
         rounds += moved;
     } while (moved);
@@ -181,7 +211,7 @@ static void allreduce_every_type(world_t *w, bool grouped)
                     assert_int_equal(t[r].res, hcclSuccess);
                     assert_int_equal(t[r].op.grouped, grouped);
                     if (grouped)
-                        assert_true(hccl_shm_lane_gpart_published(&w->ctx[0], r, t[r].op.lseq));
+                        assert_true(w->win->raised(w->wctx[0], r, HCCL_WINDOW_GPART, t[r].op.lseq));
                     if (memcmp(rbuf[r], rbuf[0], count * esz) != 0)
                         fail_msg("n=%d %s %s count %zu: rank %d's result differs from rank 0's", n,
                                  hccl_dtype_name(dt), hccl_op_name(ops[oi]), count, r);
@@ -209,7 +239,7 @@ static void test_allreduce_every_type(void **state)
 
     (void)state;
     for (size_t ni = 0; ni < 2 * sizeof(ranks) / sizeof(ranks[0]); ni++) {
-        world_t *w = world_new_split(ranks[ni / 2], HCCL_LANE_CAP, ni % 2 ? 0 : HCCL_LANE_FLAT_MAX);
+        world_t *w = world_new_split(ranks[ni / 2], HCCL_WINDOW_CAP, ni % 2 ? 0 : HCCL_LANE_FLAT_MAX);
         allreduce_every_type(w, false);
         world_free(w);
     }
@@ -223,7 +253,7 @@ static void test_allreduce_group_choice(void **state)
     enum { N = 4, OPS = 90, RUN = 50 };
     static const int group_of[N] = {0, 1, 0, 1};
     static const size_t counts[2] = {70000, 3000};
-    world_t *w = world_new_groups(N, HCCL_LANE_CAP, 0, group_of, false);
+    world_t *w = world_new_groups(N, HCCL_WINDOW_CAP, 0, group_of, false);
     static float in[N][70000], out[N][70000];
     int seen = 0, tried = 0;
 
@@ -271,7 +301,7 @@ static void test_grouped_waiting_for(void **state)
 {
     enum { N = 4, C = 1000 };
     static const int group_of[N] = {0, 1, 0, 1};
-    world_t *w = world_new_groups(N, HCCL_LANE_CAP, 0, group_of, true);
+    world_t *w = world_new_groups(N, HCCL_WINDOW_CAP, 0, group_of, true);
     static int32_t in[N][C], out[N][C];
     test_op_t t[N];
     char buf[64];
@@ -332,7 +362,7 @@ static void test_allreduce_grouped(void **state)
 
     (void)state;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        world_t *w = world_new_groups(cases[i].n, HCCL_LANE_CAP, 0, cases[i].group_of, true);
+        world_t *w = world_new_groups(cases[i].n, HCCL_WINDOW_CAP, 0, cases[i].group_of, true);
         allreduce_every_type(w, cases[i].grouped);
         world_free(w);
     }
@@ -514,7 +544,7 @@ static void test_publish_ahead(void **state)
         int ahead = 0;
         for (uint32_t seed = 1; seed <= 24; seed++) {
             /* Split above 1 KiB: the AllReduces and Reduces of 600 int32 go through the parts. */
-            world_t *w = world_new_groups(cases[c].n, HCCL_LANE_CAP, 1024,
+            world_t *w = world_new_groups(cases[c].n, HCCL_WINDOW_CAP, 1024,
                                           cases[c].grouped ? cases[c].group_of : NULL, cases[c].grouped);
             publish_ahead_run(w, seed * 2654435761u, &ahead);
             world_free(w);
@@ -583,6 +613,7 @@ static void test_mismatch(void **state)
     int32_t a[5] = {0}, b[5] = {0};
     test_op_t t0, t1;
     hccl_unexp_t held = {0};
+    hccl_xfer_t sent;
 
     (void)state;
     op_init(&t0, HCCL_COLL_ALLREDUCE, a, a, 4, hcclInt32, hcclSum);
@@ -604,7 +635,13 @@ static void test_mismatch(void **state)
     w = world_new(2, 64);
     held.f.seq = 7;
     held.f.sig = hccl_sig_make(HCCL_COLL_ALLREDUCE, hcclInt32, hcclSum, -1, 100000);
-    w->conn[1][0].framer.unexp_head = &held;
+    if (w->sim) { /* a send that waits for rank 1's receive */
+        hccl_conn_t *c = hccl_sim_world_conns(w->sim, 0)[1];
+        sent = (hccl_xfer_t){.seq = 7, .sig = held.f.sig, .peer = 1};
+        assert_int_equal(c->ops->post_send(c, &sent), hcclSuccess);
+    } else {
+        w->conn[1][0].framer.unexp_head = &held;
+    }
     op_init(&t1, HCCL_COLL_BARRIER, NULL, NULL, 0, hcclUint8, hcclSum);
     t1.op.seq = 7;
     hccl_lane_enqueue(w->lane[1], &t1.op);
@@ -622,7 +659,7 @@ static void test_other_collectives(void **state)
     enum { C = 600 }; /* int32 per rank: 2400 B, split above a flat limit of 1 KiB */
     (void)state;
     for (int n = 2; n <= 5; n += 3) {
-        world_t *w = world_new_split(n, HCCL_LANE_CAP, 1024);
+        world_t *w = world_new_split(n, HCCL_WINDOW_CAP, 1024);
         static int32_t in[5][5 * C], out[5][5 * C];
         test_op_t t[5];
         static const int colls[] = {HCCL_COLL_BROADCAST, HCCL_COLL_REDUCE, HCCL_COLL_ALLGATHER,
@@ -684,7 +721,7 @@ static void test_other_collectives(void **state)
 /* A split operation waits for every block, then for every part, and says which. */
 static void test_split_waits(void **state)
 {
-    world_t *w = world_new_split(3, HCCL_LANE_CAP, 0);
+    world_t *w = world_new_split(3, HCCL_WINDOW_CAP, 0);
     int32_t in[3][5], out[3][5];
     test_op_t t[3];
     char buf[64];
@@ -724,7 +761,7 @@ static void on_fatal_any(void *arg, hcclResult_t res, const char *msg)
 static void world_go_direct(world_t *w, size_t direct_min, int fds[2])
 {
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    for (int r = 0; r < w->n; r++) {
+    for (int r = 0; !w->sim && r < w->n; r++) {
         atomic_store(&((shm_seg_hdr_t *)w->seg[r])->reads_all, 1);
         for (int p = 0; p < w->n; p++) {
             w->conn[r][p].pid = getpid();
@@ -733,11 +770,13 @@ static void world_go_direct(world_t *w, size_t direct_min, int fds[2])
     }
     for (int r = 0; r < w->n; r++) {
         hccl_lane_destroy(w->lane[r]);
-        assert_int_equal(hccl_lane_create(&w->ctx[r], r, w->n,
-                                          &(hccl_lane_limits_t){HCCL_LANE_CAP, HCCL_LANE_FLAT_MAX, 0,
-                                                                HCCL_LANE_CAP, direct_min, NULL, false, 0},
+        assert_int_equal(hccl_lane_create(w->win, w->wctx[r], r, w->n,
+                                          &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX, 0,
+                                                                HCCL_WINDOW_CAP, direct_min, NULL, false, 0},
                                           on_fatal_any, &w->fatal[r], &w->lane[r]),
                          hcclSuccess);
+        if (w->sim)
+            w->win->on_bell(w->wctx[r], hccl_lane_poll, w->lane[r]);
     }
 }
 
@@ -746,7 +785,7 @@ static void world_go_direct(world_t *w, size_t direct_min, int fds[2])
 static void test_alltoall_direct(void **state)
 {
     enum { N = 3, C = 5000 };
-    world_t *w = world_new(N, HCCL_LANE_CAP);
+    world_t *w = world_new(N, HCCL_WINDOW_CAP);
     static int32_t in[N][N * C], out[N][N * C];
     test_op_t t[N];
     char buf[64];
@@ -805,14 +844,23 @@ static void test_alltoall_direct(void **state)
         assert_int_equal(t[r].done, 1);
     for (int r = 0; r < N; r++)
         op_init(&t[r], HCCL_COLL_ALLTOALL, in[r], out[r], C, hcclInt32, hcclSum);
+    if (w->sim) { /* a read that fails is shm's alone */
+        for (int r = 0; r < N; r++)
+            hccl_lane_enqueue(w->lane[r], &t[r].op);
+        drive(w);
+        for (int r = 0; r < N; r++)
+            assert_int_equal(t[r].done, 1);
+        goto out;
+    }
     hccl_lane_enqueue(w->lane[0], &t[0].op);
-    ((shm_lane_slot_t *)((char *)w->seg[0] + SHM_SEG_HDR_BYTES) + (t[0].op.lseq & 1))->addr = 4096;
+    ((shm_window_slot_t *)((char *)w->seg[0] + SHM_SEG_HDR_BYTES) + (t[0].op.lseq & 1))->addr = 4096;
     hccl_lane_enqueue(w->lane[2], &t[2].op); /* reads rank 0's block first */
     assert_int_equal(t[2].done, 0);
-    assert_non_null(strstr(w->fatal[2], "rank 0's lane block"));
+    assert_non_null(strstr(w->fatal[2], "rank 0's window block"));
     assert_int_equal(atoi(w->fatal[2]), hcclRemoteError);
     hccl_lane_fail_all(w->lane[2], hcclRemoteError, "stopped");
     assert_int_equal(t[2].res, hcclRemoteError);
+out:
     close(fds[0]);
     close(fds[1]);
     world_free(w);
@@ -838,7 +886,7 @@ static void test_takes(void **state)
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLTOALLV, SIZE_MAX));
     /* Where ranks share CPUs, small rooted calls keep to plans. */
     hccl_lane_destroy(w->lane[0]);
-    assert_int_equal(hccl_lane_create(&w->ctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL, false, 0},
+    assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL, false, 0},
                                       on_fatal,
                                       &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
@@ -851,8 +899,8 @@ static void test_takes(void **state)
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 4097));
     world_free(w);
     w = world_new(2, SIZE_MAX);
-    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, HCCL_LANE_CAP));
-    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, HCCL_LANE_CAP + 1));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, HCCL_WINDOW_CAP));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, HCCL_WINDOW_CAP + 1));
     world_free(w);
 }
 
@@ -872,5 +920,8 @@ int main(void)
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_takes),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("lane over the shm window", tests, NULL, NULL);
+
+    over_sim = true;
+    return failed + cmocka_run_group_tests_name("lane over the sim window", tests, NULL, NULL);
 }
