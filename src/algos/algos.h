@@ -6,6 +6,7 @@
 #ifndef HCCL_ALGOS_H
 #define HCCL_ALGOS_H
 
+#include "sched/lane.h"
 #include "sched/sched.h"
 
 typedef enum {
@@ -21,6 +22,7 @@ typedef enum {
     HCCL_ALGO_DISSEMINATION, /* Barrier */
     HCCL_ALGO_HIER,          /* two-level: inside hosts, then among one leader per host */
     HCCL_ALGO_RABENSEIFNER,  /* AllReduce: recursive halving + recursive doubling */
+    HCCL_ALGO_LANE,          /* no plan: the lane (sched/lane.h), where a link's window reaches all */
     HCCL_NUM_ALGOS
 } hccl_algo_t;
 
@@ -174,6 +176,7 @@ typedef struct hccl_tuner {
     hccl_cost_class_t cls;
     const int *node_of;                 /* borrowed: every rank's host index, or NULL */
     bool multi_level;                   /* several hosts, every one with several ranks */
+    const hccl_lane_t *lane;            /* borrowed: the communicator's lane, or NULL */
 } hccl_tuner_t;
 
 /*
@@ -186,10 +189,16 @@ void hccl_tuner_set_topology(hccl_tuner_t *t, const int *node_of, int nranks);
 
 /* Parses HCCL_ALGO syntax ("ring", "allreduce=ring;..."); a bad entry warns and is ignored. */
 void hccl_tuner_init(hccl_tuner_t *t, const char *algo_spec, size_t buffsize);
+/*
+ * The algorithm for a call: HCCL_ALGO_LANE where the communicator has a lane and it takes the
+ * call (by its own limits, or up to its reach where HCCL_ALGO names "lane"), else a plan's
+ * algorithm: the one HCCL_ALGO names, or the cheapest under the model. The same answer on
+ * every rank.
+ */
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks);
 /* Whether coll has a generator for algo. */
 bool hccl_algo_applies(hccl_coll_t coll, hccl_algo_t algo);
-/* Builds the plan of algo for shape. */
+/* Builds the plan of algo for shape (not HCCL_ALGO_LANE, which runs without one). */
 hcclResult_t hccl_algo_build(const hccl_tuner_t *t, hccl_algo_t algo, int rank, int nranks,
                              const hccl_coll_shape_t *shape, hccl_plan_t **plan_p);
 

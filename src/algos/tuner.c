@@ -11,20 +11,20 @@
 
 static const char *const algo_names[HCCL_NUM_ALGOS] = {
     "auto", "ring", "recdbl", "tree", "chain", "scatter_allgather", "bruck", "rechalv",
-    "pairwise", "dissemination", "hier", "rabenseifner",
+    "pairwise", "dissemination", "hier", "rabenseifner", "lane",
 };
 
 /* The algorithms each collective has, as a bit set over hccl_algo_t. */
 #define A(x) (1u << HCCL_ALGO_##x)
 static const unsigned coll_algos[HCCL_NUM_COLLS] = {
-    [HCCL_COLL_ALLREDUCE] = A(RING) | A(RECDBL) | A(RABENSEIFNER) | A(TREE) | A(HIER),
-    [HCCL_COLL_BROADCAST] = A(TREE) | A(CHAIN) | A(SCATTER_ALLGATHER) | A(HIER),
-    [HCCL_COLL_REDUCE] = A(TREE) | A(CHAIN),
-    [HCCL_COLL_ALLGATHER] = A(RING) | A(RECDBL) | A(BRUCK) | A(HIER),
-    [HCCL_COLL_REDUCESCATTER] = A(RING) | A(RECHALV),
-    [HCCL_COLL_ALLTOALL] = A(PAIRWISE) | A(BRUCK),
+    [HCCL_COLL_ALLREDUCE] = A(RING) | A(RECDBL) | A(RABENSEIFNER) | A(TREE) | A(HIER) | A(LANE),
+    [HCCL_COLL_BROADCAST] = A(TREE) | A(CHAIN) | A(SCATTER_ALLGATHER) | A(HIER) | A(LANE),
+    [HCCL_COLL_REDUCE] = A(TREE) | A(CHAIN) | A(LANE),
+    [HCCL_COLL_ALLGATHER] = A(RING) | A(RECDBL) | A(BRUCK) | A(HIER) | A(LANE),
+    [HCCL_COLL_REDUCESCATTER] = A(RING) | A(RECHALV) | A(LANE),
+    [HCCL_COLL_ALLTOALL] = A(PAIRWISE) | A(BRUCK) | A(LANE),
     [HCCL_COLL_ALLTOALLV] = A(PAIRWISE),
-    [HCCL_COLL_BARRIER] = A(DISSEMINATION),
+    [HCCL_COLL_BARRIER] = A(DISSEMINATION) | A(LANE),
 };
 #undef A
 
@@ -149,7 +149,21 @@ void hccl_tuner_set_topology(hccl_tuner_t *t, const int *node_of, int nranks)
     t->multi_level = nodes > 1 && smallest > 1;
 }
 
-/* The cheapest algorithm of the collective under the model; ties go to the earlier one. */
+/* Whether the lane runs the call: by its own limits, or up to its reach where it is named. */
+static bool tuner_lane_takes(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
+{
+    size_t bytes;
+
+    if (!t->lane || !hccl_algo_applies(shape->coll, HCCL_ALGO_LANE))
+        return false;
+    bytes = hccl_lane_call_bytes(shape->coll, shape->count, shape->dtype, nranks);
+    if (t->forced[shape->coll] == HCCL_ALGO_LANE)
+        return bytes <= hccl_lane_reach(t->lane) && (bytes > 0 || shape->coll == HCCL_COLL_BARRIER);
+    return t->forced[shape->coll] == HCCL_ALGO_AUTO && hccl_lane_takes(t->lane, shape->coll, bytes);
+}
+
+/* The lane where it takes the call; else the forced plan algorithm, or the cheapest under the
+ * model (ties go to the earlier one). A forced lane that cannot take the call is as AUTO. */
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
 {
     size_t bytes = shape->count * hccl_dtype_size(shape->dtype);
@@ -158,14 +172,16 @@ hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shap
 
     if ((unsigned)shape->coll >= HCCL_NUM_COLLS)
         return HCCL_ALGO_AUTO;
-    if (t->forced[shape->coll] != HCCL_ALGO_AUTO)
+    if (tuner_lane_takes(t, shape, nranks))
+        return HCCL_ALGO_LANE;
+    if (t->forced[shape->coll] != HCCL_ALGO_AUTO && t->forced[shape->coll] != HCCL_ALGO_LANE)
         return t->forced[shape->coll];
     /* Several hosts with several ranks each: only the leaders' traffic should cross the network. */
     if (t->multi_level && hccl_algo_applies(shape->coll, HCCL_ALGO_HIER))
         return HCCL_ALGO_HIER;
     for (int a = 1; a < HCCL_NUM_ALGOS; a++) {
         double cost;
-        if (a == HCCL_ALGO_HIER || !hccl_algo_applies(shape->coll, (hccl_algo_t)a))
+        if (a == HCCL_ALGO_HIER || a == HCCL_ALGO_LANE || !hccl_algo_applies(shape->coll, (hccl_algo_t)a))
             continue;
         cost = hccl_cost_estimate(&t->model, shape->coll, (hccl_algo_t)a, bytes, nranks, t->chunk_bytes);
         if (best == HCCL_ALGO_AUTO || cost < best_cost) {
@@ -183,6 +199,9 @@ hcclResult_t hccl_algo_build(const hccl_tuner_t *t, hccl_algo_t algo, int rank, 
 
     if (shape->coll == HCCL_COLL_SEND || shape->coll == HCCL_COLL_RECV)
         return hccl_algo_p2p(rank, nranks, shape, plan_p);
+    if (algo == HCCL_ALGO_LANE)
+        return HCCL_FAIL(hcclInternalError, "the lane runs %s without a plan",
+                         hccl_coll_name(shape->coll));
     if (!hccl_algo_applies(shape->coll, algo))
         return HCCL_FAIL(hcclInternalError, "no %s generator for %s", hccl_algo_name(algo),
                          hccl_coll_name(shape->coll));

@@ -49,9 +49,10 @@ static void lane_op_from_request(hccl_lane_op_t *op, struct hcclRequest *req)
 
 bool hccl_coll_lane_takes(const struct hcclComm *comm, int coll, size_t count, hcclDataType_t dtype)
 {
-    /* An algorithm named in HCCL_ALGO (or by the start-up calibration) is what runs. */
-    return comm->lane && comm->tuner.forced[coll] == HCCL_ALGO_AUTO &&
-           hccl_lane_takes(comm->lane, coll, hccl_lane_call_bytes(coll, count, dtype, comm->nranks));
+    hccl_coll_shape_t shape = {(hccl_coll_t)coll, count, dtype, hcclSum, 0, NULL};
+
+    /* The tuner's pick, like any algorithm's (HCCL_ALGO may name the lane or another). */
+    return comm->lane && hccl_tuner_pick(&comm->tuner, &shape, comm->nranks) == HCCL_ALGO_LANE;
 }
 
 void hccl_coll_lane_start(struct hcclComm *comm, struct hcclRequest *req)

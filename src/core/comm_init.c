@@ -194,6 +194,7 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
                            comm->env.fatal_arg, &comm->lane);
     hccl_free(group_of);
     HCCL_CHECK(res);
+    comm->tuner.lane = comm->lane;
     HCCL_CHECK(
         hccl_reactor_add_poller(comm->reactor, &(hccl_poller_t){hccl_lane_poll, NULL, comm->lane}));
     win->on_bell(wctx, hccl_lane_poll, comm->lane);
