@@ -22,7 +22,7 @@ typedef enum {
     HCCL_ALGO_DISSEMINATION, /* Barrier */
     HCCL_ALGO_HIER,          /* two-level: inside hosts, then among one leader per host */
     HCCL_ALGO_RABENSEIFNER,  /* AllReduce: recursive halving + recursive doubling */
-    HCCL_ALGO_LANE,          /* no plan: the lane (sched/lane.h), where a link's window reaches all */
+    HCCL_ALGO_LANE,          /* no plan: the lane (sched/lane.h), over a link's window */
     HCCL_NUM_ALGOS
 } hccl_algo_t;
 
@@ -196,6 +196,9 @@ void hccl_tuner_init(hccl_tuner_t *t, const char *algo_spec, size_t buffsize);
  * every rank.
  */
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks);
+/* Whether hccl_tuner_pick would return HCCL_ALGO_LANE, without pricing the plans (every call
+ * asks this first; a plan's call then asks its plan cache, and the pick on a miss). */
+bool hccl_tuner_picks_lane(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks);
 /* Whether coll has a generator for algo. */
 bool hccl_algo_applies(hccl_coll_t coll, hccl_algo_t algo);
 /* Builds the plan of algo for shape (not HCCL_ALGO_LANE, which runs without one). */

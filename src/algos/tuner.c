@@ -149,8 +149,8 @@ void hccl_tuner_set_topology(hccl_tuner_t *t, const int *node_of, int nranks)
     t->multi_level = nodes > 1 && smallest > 1;
 }
 
-/* Whether the lane runs the call: by its own limits, or up to its reach where it is named. */
-static bool tuner_lane_takes(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
+/* By the lane's own limits, or up to its reach where it is named. */
+bool hccl_tuner_picks_lane(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
 {
     size_t bytes;
 
@@ -172,7 +172,7 @@ hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shap
 
     if ((unsigned)shape->coll >= HCCL_NUM_COLLS)
         return HCCL_ALGO_AUTO;
-    if (tuner_lane_takes(t, shape, nranks))
+    if (hccl_tuner_picks_lane(t, shape, nranks))
         return HCCL_ALGO_LANE;
     if (t->forced[shape->coll] != HCCL_ALGO_AUTO && t->forced[shape->coll] != HCCL_ALGO_LANE)
         return t->forced[shape->coll];
@@ -181,7 +181,8 @@ hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shap
         return HCCL_ALGO_HIER;
     for (int a = 1; a < HCCL_NUM_ALGOS; a++) {
         double cost;
-        if (a == HCCL_ALGO_HIER || a == HCCL_ALGO_LANE || !hccl_algo_applies(shape->coll, (hccl_algo_t)a))
+        if (a == HCCL_ALGO_HIER || a == HCCL_ALGO_LANE ||
+            !hccl_algo_applies(shape->coll, (hccl_algo_t)a))
             continue;
         cost = hccl_cost_estimate(&t->model, shape->coll, (hccl_algo_t)a, bytes, nranks, t->chunk_bytes);
         if (best == HCCL_ALGO_AUTO || cost < best_cost) {

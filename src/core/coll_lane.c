@@ -52,7 +52,7 @@ bool hccl_coll_lane_takes(const struct hcclComm *comm, int coll, size_t count, h
     hccl_coll_shape_t shape = {(hccl_coll_t)coll, count, dtype, hcclSum, 0, NULL};
 
     /* The tuner's pick, like any algorithm's (HCCL_ALGO may name the lane or another). */
-    return comm->lane && hccl_tuner_pick(&comm->tuner, &shape, comm->nranks) == HCCL_ALGO_LANE;
+    return comm->lane && hccl_tuner_picks_lane(&comm->tuner, &shape, comm->nranks);
 }
 
 void hccl_coll_lane_start(struct hcclComm *comm, struct hcclRequest *req)

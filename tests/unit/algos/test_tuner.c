@@ -53,8 +53,11 @@ static int teardown(void **state)
 static hccl_algo_t pick(const hccl_tuner_t *t, hccl_coll_t coll, size_t count, hcclDataType_t dt)
 {
     hccl_coll_shape_t shape = {coll, count, dt, hcclSum, 0, NULL};
+    hccl_algo_t algo = hccl_tuner_pick(t, &shape, N);
 
-    return hccl_tuner_pick(t, &shape, N);
+    /* The question every call asks first has the same answer. */
+    assert_int_equal(hccl_tuner_picks_lane(t, &shape, N), algo == HCCL_ALGO_LANE);
+    return algo;
 }
 
 /* Unforced: the lane within its limits, a plan's algorithm outside them. */
