@@ -289,8 +289,9 @@ bool hccl_comm_cause_hold(struct hcclComm *comm, struct hcclRequest *req, hcclRe
         snprintf(buf, len, "rank %d: %s: %s%s", comm->rank, what,
                  cs->aborting ? "the communicator was aborted; " : "", comm->async_msg);
         pthread_mutex_unlock(&comm->mtx);
-        if (!cs->aborting)
-            *res_p = (hcclResult_t)cs->cause.code;
+        /* After hcclCommAbort every request of this rank ends hcclAborted, also one whose post
+         * ran after the abort's and found the communicator's error (the peers' code). */
+        *res_p = cs->aborting ? hcclAborted : (hcclResult_t)cs->cause.code;
         return false;
     }
     /* A request that failed on its own while the communicator is sound ends now (its rank may
