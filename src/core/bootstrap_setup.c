@@ -92,6 +92,20 @@ static bool serve_one(int fd, int r, int n, setup_verdict_t *v, bool *done)
     return true;
 }
 
+/* The poll set of the ranks whose connection is open (and, with done, not yet set up). */
+static int setup_pollset(const int *fds, int n, const bool *done, struct pollfd *p, int *who)
+{
+    int np = 0;
+
+    for (int r = 0; r < n; r++) {
+        if (fds[r] < 0 || (done && done[r]))
+            continue;
+        who[np] = r;
+        p[np++] = (struct pollfd){.fd = fds[r], .events = POLLIN};
+    }
+    return np;
+}
+
 /*
  * Closes fds once each rank has closed its end (bounded): a socket closed with unread bytes
  * (an outcome sent as the verdict crossed it) resets the connection, and a reset can cost
@@ -105,13 +119,7 @@ static void serve_drain(int *fds, int n, struct pollfd *p, int *who)
     for (int r = 0; r < n; r++)
         open += fds[r] >= 0;
     while (p && who && open > 0 && hccl_now_ms() < deadline) {
-        int np = 0;
-        for (int r = 0; r < n; r++) {
-            if (fds[r] < 0)
-                continue;
-            who[np] = r;
-            p[np++] = (struct pollfd){.fd = fds[r], .events = POLLIN};
-        }
+        int np = setup_pollset(fds, n, NULL, p, who);
         if (poll(p, (nfds_t)np, 100) <= 0)
             continue;
         for (int i = 0; i < np; i++) {
@@ -145,7 +153,7 @@ void hccl_bootstrap_setup_serve(int *fds, int n, int64_t deadline_ms)
         verdict_failed(&v, 0, hcclSystemError, "the rendezvous ran out of memory");
     while (v.status == hcclSuccess && left > 0) {
         int64_t ms = deadline_ms - hccl_now_ms();
-        int np = 0;
+        int np;
 
         if (ms <= 0) {
             int late = 0;
@@ -154,12 +162,7 @@ void hccl_bootstrap_setup_serve(int *fds, int n, int64_t deadline_ms)
             verdict_failed(&v, late, hcclTimeout, "it did not finish before the connect timeout");
             break;
         }
-        for (int r = 0; r < n; r++) {
-            if (done[r] || fds[r] < 0)
-                continue;
-            who[np] = r;
-            p[np++] = (struct pollfd){.fd = fds[r], .events = POLLIN};
-        }
+        np = setup_pollset(fds, n, done, p, who);
         if (poll(p, (nfds_t)np, ms > 1000 ? 1000 : (int)ms) <= 0)
             continue;
         for (int i = 0; i < np && v.status == hcclSuccess; i++) {
