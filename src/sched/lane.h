@@ -5,10 +5,10 @@
  * reads what it needs of everyone's in place: AllGather and AlltoAll copy, Broadcast copies
  * the root's, ReduceScatter reduces its share. AllReduce and Reduce reduce every block up to
  * the flat limit; above it they are split: rank r reduces the r-th share of every block into
- * its slot's part, and each rank (the root, for Reduce) copies every part. Where ranks are pinned to CPUs in groups, a split AllReduce first sums each
- * group's blocks share by share within the group, then adds the groups' sums over each
- * rank's share and gathers the shares within the group: what crosses between CPUs is one
- * sum per group. Blocks are reduced in a fixed order (rank order; grouped, rank order within
+ * its slot's part, and each rank (the root, for Reduce) copies every part. Where ranks are
+ * pinned to CPUs in groups, a split AllReduce first sums each group's blocks share by share
+ * within the group, then adds the groups' sums over each rank's share and gathers the shares
+ * within the group: what crosses between CPUs is one sum per group. Blocks are reduced in a fixed order (rank order; grouped, rank order within
  * a group, then group order), so every rank gets the same bits. Lane operations
  * run in call order, one at a time but for the next one's publication once the current one
  * has read every block (hccl_lane_poll), apart from the plans (which never touch the slots); all

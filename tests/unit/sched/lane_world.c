@@ -123,7 +123,8 @@ void op_init(test_op_t *t, int coll, const void *sbuf, void *rbuf, size_t count,
     t->op.arg = t;
 }
 
-/* Polls every rank's lane until nothing moves; returns the rounds that moved. */
+/* Runs the lanes until nothing moves (over shm every rank's in turn, over sim those a
+ * doorbell rang); returns the rounds that moved. */
 int drive(world_t *w)
 {
     int rounds = 0;
@@ -131,10 +132,11 @@ int drive(world_t *w)
 
     do {
         moved = false;
-        if (w->sim)
+        if (w->sim) /* by doorbells alone */
             moved = hccl_sim_world_ring(w->sim);
-        for (int r = 0; !w->sim && r < w->n; r++)
-            moved |= hccl_lane_poll(w->lane[r]);
+        else
+            for (int r = 0; r < w->n; r++)
+                moved |= hccl_lane_poll(w->lane[r]);
         rounds += moved;
     } while (moved);
     return rounds;
