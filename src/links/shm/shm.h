@@ -97,6 +97,8 @@ typedef struct shm_ctx {
     size_t seg_bytes;
     size_t ring_bytes;         /* capacity of each ring (HCCL_BUFFSIZE) */
     size_t ring_used;          /* bytes of it in use: see shm_ring_window */
+    size_t room;               /* /dev/shm's free bytes at set-up, before any rank's rings */
+    bool room_known;
     int uds_fd;                /* listener, closed once every peer is in */
     int bell_fd;               /* our doorbell */
     struct event *bell_ev;
@@ -120,12 +122,8 @@ const char *hccl_shm_card_check(const shm_card_t *card, size_t ring_bytes);
 bool hccl_shm_hello_ok(const shm_hello_t *h, uint64_t comm_id, const uint8_t *secret, int nranks);
 /* A new segment name that says who made it (shm_seg.c). */
 hcclResult_t hccl_shm_seg_name(char *out, size_t len);
-/*
- * Whether /dev/shm has less room (*room_p bytes) than nlocal segments may take once touched as
- * far as they can be (per_rank bytes each; *need_p in all). The segments are sparse: a page
- * that /dev/shm cannot supply when it is first touched is a SIGBUS, not an error to return.
- */
-bool hccl_shm_room_short(size_t per_rank, int nlocal, size_t *room_p, size_t *need_p);
+/* The bytes /dev/shm has free (*room_p); false where that cannot be read. */
+bool hccl_shm_room(size_t *room_p);
 /* Unlinks the segments our user's dead processes left in /dev/shm; returns how many. */
 int hccl_shm_reclaim_stale(void);
 hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob);

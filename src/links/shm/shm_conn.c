@@ -65,6 +65,9 @@ hcclResult_t hccl_shm_setup(shm_ctx_t *ctx, void *blob)
     int fd;
 
     ctx->ring_bytes = env->params->buffsize;
+    /* Read before the cards are exchanged, so before any rank of this host populates its
+     * rings (they need every card to connect): every rank sees the same room. */
+    ctx->room_known = hccl_shm_room(&ctx->room);
     ctx->seg_bytes = SHM_RINGS_OFFSET + (size_t)env->nranks * hccl_shm_slot_bytes(ctx->ring_bytes);
     hccl_shm_reclaim_stale();
     HCCL_CHECK(hccl_shm_seg_name(ctx->seg_name, sizeof(ctx->seg_name)));
@@ -328,6 +331,50 @@ out:
     return res;
 }
 
+/*
+ * The rings' pages are faulted in at set-up rather than by the first calls that pass through
+ * them: a ring's first pass takes a page fault per 4 KiB on each side, which doubled the time
+ * of a first 4 MiB AllReduce and skewed the start-up calibration (docs/performance.md).
+ * Populating (not writing) leaves what a peer already wrote alone. Only where /dev/shm has room
+ * for every local rank's rings: otherwise they stay sparse, as the warning of check_room says,
+ * and small calls still run. Without MADV_POPULATE_WRITE (Linux before 5.14) the faults stay.
+ */
+static void shm_populate_rings(shm_ctx_t *ctx)
+{
+#ifdef MADV_POPULATE_WRITE
+    size_t bytes = SHM_RING_HDR_BYTES + ctx->ring_used;
+    size_t per_rank = SHM_RINGS_OFFSET + (size_t)ctx->nactive * hccl_shm_slot_bytes(ctx->ring_used);
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+    if (ctx->nactive == 0)
+        return;
+    if (!ctx->room_known || ctx->room < per_rank * (size_t)(ctx->nactive + 1)) {
+        HCCL_INFO(HCCL_SUB_LINK,
+                  "rank %d: shm: rings left sparse: /dev/shm had %zu KiB free, the host's rings "
+                  "take %zu KiB", ctx->env->rank, ctx->room_known ? ctx->room >> 10 : 0,
+                  per_rank * (size_t)(ctx->nactive + 1) >> 10);
+        return;
+    }
+    for (int i = 0; i < ctx->nactive; i++) {
+        shm_conn_t *sc = ctx->conns[ctx->active[i]];
+        uintptr_t ring[2] = {(uintptr_t)sc->tx_ring, (uintptr_t)sc->rx_ring};
+        for (int k = 0; k < 2; k++) {
+            uintptr_t start = ring[k] & ~(page - 1);
+            /* Best effort: a page left out is faulted in when first used, as without this. */
+            if (madvise((void *)start, ring[k] + bytes - start, MADV_POPULATE_WRITE) != 0) {
+                HCCL_INFO(HCCL_SUB_LINK, "rank %d: shm: the ring shared with rank %d not "
+                          "populated: %s", ctx->env->rank, ctx->active[i], strerror(errno));
+                return;
+            }
+        }
+    }
+    HCCL_INFO(HCCL_SUB_LINK, "rank %d: shm: %d rings of %zu KiB populated", ctx->env->rank,
+              2 * ctx->nactive, ctx->ring_used >> 10);
+#else
+    (void)ctx;
+#endif
+}
+
 hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, int64_t deadline_ms)
 {
     hccl_link_env_t *env = ctx->env;
@@ -361,6 +408,7 @@ hcclResult_t hccl_shm_connect_all(shm_ctx_t *ctx, const int *peers, int npeers, 
         if (got >= 0)
             waiting--;
     }
+    shm_populate_rings(ctx);
     /* Every local peer has mapped our segment (they map before they ring): drop the name. */
     shm_unlink(ctx->seg_name);
     ctx->seg_linked = false;

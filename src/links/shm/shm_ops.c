@@ -403,18 +403,19 @@ void hccl_shm_check_room(void *shm_ctx, size_t reach)
     size_t window = 2 * (reach + reach / 2);
     size_t per_rank =
         SHM_SEG_HDR_BYTES + window + (size_t)ctx->nactive * hccl_shm_slot_bytes(ctx->ring_used);
-    size_t room = 0, need = 0;
+    size_t need = per_rank * (size_t)(ctx->nactive + 1);
 
     for (int i = 0; i < ctx->nactive; i++)
         if (ctx->active[i] < ctx->env->rank)
             return; /* the host's lowest rank speaks for it */
-    if (ctx->nactive == 0 || !hccl_shm_room_short(per_rank, ctx->nactive + 1, &room, &need))
+    /* The room before any rank of this host populated its rings (shm_populate_rings). */
+    if (ctx->nactive == 0 || !ctx->room_known || ctx->room >= need)
         return;
     HCCL_WARN(
         "rank %d: shm: /dev/shm has %zu MiB free, but the %d ranks of this host may come to "
         "use up to %zu MiB of it (per rank: %zu KiB of ring per local peer and %zu KiB of window "
         "slots); a rank that touches a page /dev/shm cannot supply dies of SIGBUS. Give "
         "/dev/shm more room (docker: --shm-size), or lower HCCL_BUFFSIZE and HCCL_LANE_MAX",
-        ctx->env->rank, room >> 20, ctx->nactive + 1, need >> 20, ctx->ring_used >> 10,
+        ctx->env->rank, ctx->room >> 20, ctx->nactive + 1, need >> 20, ctx->ring_used >> 10,
         window >> 10);
 }
