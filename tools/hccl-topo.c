@@ -102,15 +102,45 @@ static hcclResult_t stream_bw(hcclComm_t comm, int me, int a, int b, char *buf, 
 }
 
 /*
+ * Every rank sends to the next and receives from the one before, all at once: what each link
+ * carries while every rank works, as in a ring algorithm's step, which is what the tuner's
+ * per-link figure models. The slowest rank's rate, the best of BW_REPS.
+ */
+static hcclResult_t ring_bw(hcclComm_t comm, int me, int n, char *buf, double *gbps)
+{
+    hcclRequest_t reqs[2 * BW_MSGS];
+    double best = 0;
+
+    for (int rep = 0; rep < BW_REPS + 1; rep++) {
+        CHECK(hcclBarrier(comm));
+        double t0 = now_us(), rate;
+        for (int i = 0; i < BW_MSGS; i++) {
+            CHECK(hcclRecvAsync(buf + BW_BYTES, BW_BYTES, hcclUint8, (me + n - 1) % n, comm,
+                                &reqs[2 * i]));
+            CHECK(hcclSendAsync(buf, BW_BYTES, hcclUint8, (me + 1) % n, comm,
+                                &reqs[2 * i + 1]));
+        }
+        CHECK(hcclWaitAll(2 * BW_MSGS, reqs));
+        rate = (double)BW_BYTES * BW_MSGS / (now_us() - t0) / 1e3;
+        CHECK(hcclAllReduce(&rate, &rate, 1, hcclFloat64, hcclMin, comm));
+        if (rep > 0 && rate > best) /* the first round is a warm-up */
+            best = rate;
+    }
+    *gbps = best;
+    return hcclSuccess;
+}
+
+/*
  * Measures each link class in use on the first pair of ranks it joins; the other ranks wait in
  * the AllReduce that brings the figures to everyone.
  */
-static hcclResult_t measure_links(hcclComm_t comm, hccl_topo_linkperf_t *perf, int *nperf)
+static hcclResult_t measure_links(hcclComm_t comm, hccl_topo_linkperf_t *perf, int *nperf,
+                                  double *ring_gbps)
 {
     const struct hcclComm *c = comm;
     double fig[HCCL_LINK_MAX][2] = {{0}};
     int pair[HCCL_LINK_MAX][2];
-    char *buf = calloc(1, BW_BYTES);
+    char *buf = calloc(2, BW_BYTES);
 
     if (!buf)
         return hcclSystemError;
@@ -134,8 +164,11 @@ static hcclResult_t measure_links(hcclComm_t comm, hccl_topo_linkperf_t *perf, i
         if (c->rank != pair[k][0])
             fig[k][0] = fig[k][1] = 0; /* the sender's clock speaks for the pair */
     }
+    hcclResult_t r = hcclAllReduce(fig, fig, 2 * HCCL_LINK_MAX, hcclFloat64, hcclMax, comm);
+    if (r == hcclSuccess)
+        r = ring_bw(comm, c->rank, c->nranks, buf, ring_gbps);
     free(buf);
-    CHECK(hcclAllReduce(fig, fig, 2 * HCCL_LINK_MAX, hcclFloat64, hcclMax, comm));
+    CHECK(r);
     *nperf = 0;
     for (int k = 0; k < HCCL_LINK_MAX; k++)
         if (pair[k][0] >= 0)
@@ -153,7 +186,8 @@ static int host_index(const struct hcclComm *c, int r)
     return idx;
 }
 
-static void print_table(const struct hcclComm *c, const hccl_topo_linkperf_t *perf, int nperf)
+static void print_table(const struct hcclComm *c, const hccl_topo_linkperf_t *perf, int nperf,
+                        double ring_gbps)
 {
     int nhosts = 0;
     const hccl_cost_t *m = &c->tuner.model;
@@ -196,6 +230,8 @@ static void print_table(const struct hcclComm *c, const hccl_topo_linkperf_t *pe
             printf("  %-4s ranks %d-%d  latency %8.2f us  bandwidth %7.2f GB/s\n",
                    hccl_link_by_id(perf[i].link)->name, perf[i].a, perf[i].b, perf[i].latency_us,
                    perf[i].bandwidth_gbps);
+        printf("  every rank sending to the next at once (as in a ring's step): "
+               "%.2f GB/s per link\n", ring_gbps);
     }
 
     printf("\ntuner model (%s class, %s): alpha %.2f us, %.2f GB/s per link, reduction %.2f GB/s\n",
@@ -226,6 +262,7 @@ int main(int argc, char **argv)
     bool json = false, measure = true;
     hccl_topo_linkperf_t perf[HCCL_LINK_MAX];
     int nperf = 0;
+    double ring_gbps = 0;
     hcclComm_t comm;
     hcclResult_t r;
 
@@ -250,12 +287,12 @@ int main(int argc, char **argv)
         return 1;
     }
     if (measure && comm->nranks > 1)
-        r = measure_links(comm, perf, &nperf);
+        r = measure_links(comm, perf, &nperf, &ring_gbps);
     if (r == hcclSuccess && comm->rank == 0) {
         if (json)
             hccl_topo_write_json(comm, stdout, perf, nperf);
         else
-            print_table(comm, perf, nperf);
+            print_table(comm, perf, nperf, ring_gbps);
         fflush(stdout);
     }
     if (r != hcclSuccess) {
