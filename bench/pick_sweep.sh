@@ -5,10 +5,12 @@
 # 64 MiB (nccl-tests sizes, float32 sum; for AllGather, ReduceScatter and AlltoAll the
 # smallest is 8 B per rank), runs hccl-perf once with the tuner's choice and
 # once per algorithm forced with -a, and prints per cell the tuner's pick (read from the
-# INFO log of the plan it built), the time of each algorithm and whether the pick was the
+# INFO log of the plan it built; the lane where it built none), the time of each algorithm
+# (the lane's only at the sizes it takes) and whether the pick was the
 # fastest (or within PICK_TOLERANCE of it: runs on this 2-core machine vary by that much).
 #
 #   PICK_NPS="2 4 8" PICK_SIZES=8,64K,1M,64M PICK_TIME=0.3 PICK_REPS=3 PICK_TOLERANCE=10
+#   PICK_COLLS="allreduce broadcast reduce allgather reducescatter alltoall"
 #
 # Writes results/pick_<stamp>/pick.csv (one row per run: collective, nranks, size, algo,
 # time_us, rep) and pick.md (the table). Each time is the median of PICK_REPS runs,
@@ -33,14 +35,14 @@ fi
 run=$build/tools/hccl-run perf=$build/tools/hccl-perf
 
 declare -A algos=(
-  [allreduce]="ring recdbl rabenseifner tree"
-  [broadcast]="tree chain scatter_allgather"
-  [reduce]="tree chain"
-  [allgather]="ring recdbl bruck"
-  [reducescatter]="ring rechalv"
-  [alltoall]="pairwise bruck"
+  [allreduce]="lane ring recdbl rabenseifner tree"
+  [broadcast]="lane tree chain scatter_allgather"
+  [reduce]="lane tree chain"
+  [allgather]="lane ring recdbl bruck"
+  [reducescatter]="lane ring rechalv"
+  [alltoall]="lane pairwise bruck"
 )
-colls="allreduce broadcast reduce allgather reducescatter alltoall"
+colls=${PICK_COLLS:-"allreduce broadcast reduce allgather reducescatter alltoall"}
 
 echo "collective,nranks,size,algo,time_us,rep" >"$out/pick.csv"
 echo "collective,nranks,size,pick" >"$out/picks.csv"
@@ -61,18 +63,30 @@ for rep in $(seq 1 "$reps"); do
         HCCL_DEBUG=INFO HCCL_DEBUG_SUBSYS=ALGO HCCL_DEBUG_FILE="$out/info.%r.log" \
           "$run" -n "$np" --timeout 600 "$perf" "${args[@]}" >"$log" 2>&1 || {
           echo "pick_sweep: $coll np=$np $algo failed:" >&2; tail -5 "$log" >&2; exit 1; }
+        # Sizes that rank 0 built a plan for (the lane builds none), as bytes like hccl-perf's.
+        # "rank 0: allgather of 16384 x float32 (sum) on 4 ranks: ring, 12 steps"; the start-up
+        # calibration's own AllReduces take max.
+        line="rank 0: $coll of [0-9]* x float32 (sum) on $np ranks:"
+        { grep -h "$line" "$out"/info.0.log || true; } |
+          sed -E "s/.* of ([0-9]+) x float32 \(sum\) on [0-9]+ ranks: ([a-z_]+),.*/\1 \2/" |
+          while read -r count pick; do
+            case $coll in allgather | reducescatter | alltoall) bytes=$((count * 4 * np)) ;;
+              *) bytes=$((count * 4)) ;; esac
+            echo "$bytes $pick"
+          done | sort -u >"$out/planned"
+        # Forced to the lane, a size past its reach runs a plan: that time is not the lane's.
         grep -E '^[a-z]+,[0-9]+,' "$log" |
-          awk -F, -v np="$np" -v a="$algo" -v rep="$rep" '{print $1 "," np "," $2 "," a "," $8 "," rep}' \
-            >>"$out/pick.csv"
+          awk -F, -v np="$np" -v a="$algo" -v rep="$rep" -v planned="$out/planned" '
+            BEGIN { while ((getline l < planned) > 0) { split(l, f, " "); plan[f[1]] = f[2] } }
+            a == "lane" && ($2 in plan) { next }
+            {print $1 "," np "," $2 "," a "," $8 "," rep}' >>"$out/pick.csv"
         if [[ $algo == auto && $rep == 1 ]]; then
-          # "rank 0: allgather of 16384 x float32 on 4 ranks: ring, 12 steps"
-          grep -h "rank 0: $coll of [0-9]* x float32 on $np ranks:" "$out"/info.0.log |
-            sed -E "s/.* of ([0-9]+) x float32 on [0-9]+ ranks: ([a-z_]+),.*/\1 \2/" |
-            while read -r count pick; do
-              case $coll in allgather | reducescatter | alltoall) bytes=$((count * 4 * np)) ;;
-                *) bytes=$((count * 4)) ;; esac
-              echo "$coll,$np,$bytes,$pick"
-            done | sort -u >>"$out/picks.csv"
+          # The pick of each size: its plan's algorithm, or the lane where no plan was built.
+          grep -E '^[a-z]+,[0-9]+,' "$log" | cut -d, -f2 | sort -u |
+            while read -r bytes; do
+              pick=$(awk -v b="$bytes" '$1 == b {print $2}' "$out/planned")
+              echo "$coll,$np,$bytes,${pick:-lane}"
+            done >>"$out/picks.csv"
         fi
         rm -f "$out"/info.*.log
       done

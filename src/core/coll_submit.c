@@ -241,9 +241,10 @@ void hccl_coll_start(struct hcclComm *comm, struct hcclRequest *req)
             coll_fail_posted(comm, req, res);
             return;
         }
-        HCCL_INFO(HCCL_SUB_ALGO, "rank %d: %s of %zu x %s on %d ranks: %s, %u steps", comm->rank,
-                  hccl_coll_name(shape.coll), shape.count, hccl_dtype_name(shape.dtype),
-                  comm->nranks, p2p ? "p2p" : hccl_algo_name(algo), plan->nsteps);
+        HCCL_INFO(HCCL_SUB_ALGO, "rank %d: %s of %zu x %s (%s) on %d ranks: %s, %u steps",
+                  comm->rank, hccl_coll_name(shape.coll), shape.count, hccl_dtype_name(shape.dtype),
+                  hccl_op_name(shape.op), comm->nranks, p2p ? "p2p" : hccl_algo_name(algo),
+                  plan->nsteps);
         if (cacheable)
             hccl_plan_cache_put(comm->plans, &key, plan);
     }
