@@ -137,13 +137,20 @@ static bool reactor_spin(hccl_reactor_t *r)
             break;
         if (hccl_now_ns() - idle_since > r->spin_ns)
             break;
+        /* Not spinning while the lock is free: a waiter that takes it over owns the flags and
+         * settles them when it stops (hccl_reactor_help_until), as when this thread sleeps. */
+        r->thread_spinning = false;
         pthread_mutex_unlock(&r->prog_mtx);
         sched_yield();
         if (pthread_mutex_trylock(&r->prog_mtx) != 0) {
-            /* A waiter took over: sleep until it is done rather than take turns with it. */
+            /* A waiter took over: sleep until it is done rather than take turns with it, and
+             * leave the flags as it left them. Clearing them here made every peer ring the
+             * next call's messages, and each ring woke this thread into the same race. */
             pthread_mutex_lock(&r->prog_mtx);
-            break;
+            pthread_mutex_unlock(&r->prog_mtx);
+            return false;
         }
+        r->thread_spinning = true;
     }
     r->thread_spinning = false;
     found = reactor_stop_polling(r);
