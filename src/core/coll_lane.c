@@ -30,7 +30,6 @@ static void lane_request_done(hccl_lane_op_t *op, hcclResult_t res, const char *
         lane_describe(op, what, sizeof(what));
         snprintf(text, sizeof(text), "%s: %s", what, msg ? msg : "");
     }
-    hccl_free(op);
     hccl_coll_finish(comm, req, res, res == hcclSuccess ? NULL : text);
 }
 
@@ -57,12 +56,8 @@ bool hccl_coll_lane_takes(const struct hcclComm *comm, int coll, size_t count, h
 
 void hccl_coll_lane_start(struct hcclComm *comm, struct hcclRequest *req)
 {
-    hccl_lane_op_t *op = hccl_malloc(sizeof(*op));
+    hccl_lane_op_t *op = req->ext; /* made with room for it (hccl_coll_submit) */
 
-    if (!op) {
-        hccl_coll_finish(comm, req, HCCL_FAIL(hcclSystemError, "lane: out of memory"), hccl_error_last());
-        return;
-    }
     lane_op_from_request(op, req);
     op->done = lane_request_done;
     op->arg = req;
@@ -124,11 +119,9 @@ static void lane_call_park(void *arg)
 
     if (c->state != CALL_RUNNING)
         return;
-    copy = hccl_malloc(sizeof(*copy));
-    if (!copy || hccl_request_create(comm->reactor, &req) != hcclSuccess) {
-        hccl_free(copy);
+    if (hccl_request_create(comm->reactor, sizeof(*copy), &req) != hcclSuccess)
         return; /* the caller drives on */
-    }
+    copy = req->ext;
     req->owner = comm;
     req->coll = c->op.coll;
     req->sendbuf = c->op.sendbuf;
@@ -138,9 +131,7 @@ static void lane_call_park(void *arg)
     req->op = c->op.op;
     req->root = c->op.root;
     req->seq = c->op.seq;
-    pthread_mutex_lock(&comm->mtx);
-    comm->outstanding++;
-    pthread_mutex_unlock(&comm->mtx);
+    hccl_comm_count_request(comm);
     hccl_lane_replace(comm->lane, &c->op, copy);
     copy->done = lane_request_done;
     copy->arg = req;

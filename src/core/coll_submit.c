@@ -34,16 +34,10 @@ void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult
     hccl_request_complete(req, res, msg); /* req may be gone after this */
     if (comm->faults) {
         /* Before the count drops: once it is zero, a destroy may free comm. */
-        pthread_mutex_lock(&comm->mtx);
-        bool idle = comm->outstanding == 1;
-        pthread_mutex_unlock(&comm->mtx);
-        if (idle)
+        if (atomic_load(&comm->outstanding) == 1)
             hccl_fault_point(comm, HCCL_FAULT_AT_IDLE, seq);
     }
-    pthread_mutex_lock(&comm->mtx);
-    comm->outstanding--;
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->mtx);
+    hccl_comm_uncount_request(comm);
 }
 
 void hccl_request_describe(const struct hcclRequest *req, bool detail, char *buf, size_t len)
@@ -347,9 +341,7 @@ hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req, bool
     else if (req->coll != HCCL_COLL_SEND && req->coll != HCCL_COLL_RECV)
         req->seq = atomic_fetch_add(&comm->next_seq, 1);
     req->post.fn = coll_on_post;
-    pthread_mutex_lock(&comm->mtx);
-    comm->outstanding++;
-    pthread_mutex_unlock(&comm->mtx);
+    hccl_comm_count_request(comm);
     if (blocking)
         hccl_reactor_post_then_help(comm->reactor, &req->post);
     else
@@ -383,7 +375,9 @@ hcclResult_t hccl_coll_submit(struct hcclComm *comm, const char *fn, hccl_coll_c
             return res;
         }
     }
-    if (hccl_request_create(comm->reactor, &req) != hcclSuccess) {
+    /* Room for a lane operation: the lane may take the call (hccl_coll_lane_start). */
+    if (hccl_request_create(comm->reactor, comm->lane ? sizeof(hccl_lane_op_t) : 0, &req) !=
+        hcclSuccess) {
         hccl_free(c->v);
         return hcclSystemError;
     }

@@ -63,24 +63,47 @@ void hccl_comm_free(struct hcclComm *comm, bool graceful)
 
 /* ---- destruction ---- */
 
+void hccl_comm_count_request(struct hcclComm *comm)
+{
+    atomic_fetch_add(&comm->outstanding, 1);
+}
+
+/*
+ * Once the count is zero, a destroy may free comm: nothing of it is touched after the
+ * decrement unless a waiter was seen before it, and then under the lock that the waiter needs
+ * to see the count. A waiter that comes between the look and the decrement misses the signal;
+ * it looks again within its 10 ms bound (comm_wait_idle).
+ */
+void hccl_comm_uncount_request(struct hcclComm *comm)
+{
+    if (!atomic_load(&comm->idle_waiters)) {
+        atomic_fetch_sub(&comm->outstanding, 1);
+        return;
+    }
+    pthread_mutex_lock(&comm->mtx);
+    atomic_fetch_sub(&comm->outstanding, 1);
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->mtx);
+}
+
 static void comm_wait_idle(struct hcclComm *comm)
 {
     pthread_mutex_lock(&comm->mtx);
-    while (comm->outstanding > 0) {
+    atomic_fetch_add(&comm->idle_waiters, 1);
+    while (atomic_load(&comm->outstanding) > 0) {
+        struct timespec ts;
         if (hccl_reactor_is_external(comm->reactor)) {
             pthread_mutex_unlock(&comm->mtx);
             bool drove = hccl_reactor_drive(comm->reactor, 100);
             pthread_mutex_lock(&comm->mtx);
-            if (!drove && comm->outstanding > 0) {
-                /* Another thread runs the caller's loop: its completions signal us. */
-                struct timespec ts;
-                hccl_abs_deadline(&ts, 10);
-                pthread_cond_timedwait(&comm->cond, &comm->mtx, &ts);
-            }
-        } else {
-            pthread_cond_wait(&comm->cond, &comm->mtx);
+            if (drove || atomic_load(&comm->outstanding) == 0)
+                continue;
         }
+        /* Completions signal us; the bound covers one that looked before we came. */
+        hccl_abs_deadline(&ts, 10);
+        pthread_cond_timedwait(&comm->cond, &comm->mtx, &ts);
     }
+    atomic_fetch_sub(&comm->idle_waiters, 1);
     pthread_mutex_unlock(&comm->mtx);
 }
 
@@ -116,10 +139,7 @@ static void comm_on_abort(hccl_post_t *post)
     abort_item_t *item = (abort_item_t *)post;
 
     hccl_comm_cause_abort(item->comm);
-    pthread_mutex_lock(&item->comm->mtx);
-    item->comm->outstanding--;
-    pthread_cond_broadcast(&item->comm->cond);
-    pthread_mutex_unlock(&item->comm->mtx);
+    hccl_comm_uncount_request(item->comm);
 }
 
 HCCL_API hcclResult_t hcclCommAbort(hcclComm_t comm)
@@ -130,9 +150,7 @@ HCCL_API hcclResult_t hcclCommAbort(hcclComm_t comm)
     HCCL_CHECK(comm_check_not_in_loop(comm, "hcclCommAbort"));
     item.comm = comm;
     item.post.fn = comm_on_abort;
-    pthread_mutex_lock(&comm->mtx);
-    comm->outstanding++; /* the abort itself, so that the wait below covers it */
-    pthread_mutex_unlock(&comm->mtx);
+    hccl_comm_count_request(comm); /* the abort itself, so that the wait below covers it */
     hccl_reactor_post(comm->reactor, &item.post);
     comm_wait_idle(comm);
     hccl_comm_free(comm, false);

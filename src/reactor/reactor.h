@@ -154,9 +154,12 @@ struct hcclRequest {
     size_t *v;                      /* owned: AlltoAllv's counts and displacements (4 x nranks) */
     void *check;                    /* owned: HCCL_CHECK's signature table while it is compared */
     struct hcclRequest *next_self;  /* the communicator's queue of sends/receives to itself */
+    size_t ext_bytes;               /* the room after the request, for its runner's state */
+    void *ext;                      /* there (NULL: none), freed with the request */
 };
 
-hcclResult_t hccl_request_create(hccl_reactor_t *r, struct hcclRequest **req_p);
+/* A request with ext_bytes of room after it for what runs it (one allocation, not two). */
+hcclResult_t hccl_request_create(hccl_reactor_t *r, size_t ext_bytes, struct hcclRequest **req_p);
 /* Drops one reference; frees at zero. */
 void hccl_request_release(struct hcclRequest *req);
 /*

@@ -11,13 +11,18 @@
 #define HCCL_REQUEST_MAGIC 0x52514343u /* "CCQR" */
 #define HCCL_REQUEST_DEAD 0xdeadbeefu
 
-hcclResult_t hccl_request_create(hccl_reactor_t *r, struct hcclRequest **req_p)
+/* The room after a request starts at this alignment. */
+#define REQUEST_BYTES ((sizeof(struct hcclRequest) + 15) & ~(size_t)15)
+
+hcclResult_t hccl_request_create(hccl_reactor_t *r, size_t ext_bytes, struct hcclRequest **req_p)
 {
-    struct hcclRequest *req = hccl_calloc(1, sizeof(*req));
+    struct hcclRequest *req = hccl_calloc(1, REQUEST_BYTES + ext_bytes);
 
     if (!req)
         return HCCL_FAIL(hcclSystemError, "request: out of memory");
     req->magic = HCCL_REQUEST_MAGIC;
+    req->ext_bytes = ext_bytes;
+    req->ext = ext_bytes ? (char *)req + REQUEST_BYTES : NULL;
     atomic_init(&req->refs, 2); /* the user's handle and the reactor's */
     req->reactor = r;
     hccl_reactor_retain(r); /* the wait state must outlive the communicator for this handle */
@@ -35,7 +40,8 @@ void hccl_request_release(struct hcclRequest *req)
         hccl_free(req->errmsg);
         hccl_free(req->v);
         hccl_free(req->check);
-        hccl_quarantine_free(HCCL_QUARANTINE_REQUEST, req, sizeof(*req)); /* a stale handle reads DEAD */
+        /* a stale handle reads DEAD */
+        hccl_quarantine_free(HCCL_QUARANTINE_REQUEST, req, REQUEST_BYTES + req->ext_bytes);
         hccl_reactor_release(r);
     }
 }

@@ -619,7 +619,7 @@ static hcclRequest_t new_request(hccl_reactor_t *r)
 {
     hcclRequest_t req = NULL;
 
-    assert_int_equal(hccl_request_create(r, &req), hcclSuccess);
+    assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess);
     assert_non_null(req);
     return req;
 }

@@ -112,7 +112,7 @@ static void test_watch_takes_over(void **state)
     /* Again, now watched (the work is ours, recursively, so the watch cannot fire meanwhile):
      * the post leaves the flags set, so a peer would not ring. */
     assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
-    assert_int_equal(hccl_request_create(r, &req), hcclSuccess); /* the call's request */
+    assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess); /* the call's request */
     hccl_reactor_post_and_start(r, &second);
     assert_true(atomic_load(&r->orphan));
     assert_true(atomic_load(&r->polling));
