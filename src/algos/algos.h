@@ -196,6 +196,8 @@ void hccl_tuner_init(hccl_tuner_t *t, const char *algo_spec, size_t buffsize);
  * every rank.
  */
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks);
+/* The plan's algorithm hccl_tuner_pick would take if the lane did not take the call. */
+hccl_algo_t hccl_tuner_pick_plan(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks);
 /* Whether hccl_tuner_pick would return HCCL_ALGO_LANE, without pricing the plans (every call
  * asks this first; a plan's call then asks its plan cache, and the pick on a miss). */
 bool hccl_tuner_picks_lane(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks);

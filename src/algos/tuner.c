@@ -162,9 +162,17 @@ bool hccl_tuner_picks_lane(const hccl_tuner_t *t, const hccl_coll_shape_t *shape
     return t->forced[shape->coll] == HCCL_ALGO_AUTO && hccl_lane_takes(t->lane, shape->coll, bytes);
 }
 
-/* The lane where it takes the call; else the forced plan algorithm, or the cheapest under the
- * model (ties go to the earlier one). A forced lane that cannot take the call is as AUTO. */
+/* The lane where it takes the call; else the plan's algorithm. */
 hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
+{
+    if ((unsigned)shape->coll < HCCL_NUM_COLLS && hccl_tuner_picks_lane(t, shape, nranks))
+        return HCCL_ALGO_LANE;
+    return hccl_tuner_pick_plan(t, shape, nranks);
+}
+
+/* The forced plan algorithm, or the cheapest under the model (ties go to the earlier one). A
+ * forced lane is as AUTO here. */
+hccl_algo_t hccl_tuner_pick_plan(const hccl_tuner_t *t, const hccl_coll_shape_t *shape, int nranks)
 {
     size_t bytes = shape->count * hccl_dtype_size(shape->dtype);
     hccl_algo_t best = HCCL_ALGO_AUTO;
@@ -172,8 +180,6 @@ hccl_algo_t hccl_tuner_pick(const hccl_tuner_t *t, const hccl_coll_shape_t *shap
 
     if ((unsigned)shape->coll >= HCCL_NUM_COLLS)
         return HCCL_ALGO_AUTO;
-    if (hccl_tuner_picks_lane(t, shape, nranks))
-        return HCCL_ALGO_LANE;
     if (t->forced[shape->coll] != HCCL_ALGO_AUTO && t->forced[shape->coll] != HCCL_ALGO_LANE)
         return t->forced[shape->coll];
     /* Several hosts with several ranks each: only the leaders' traffic should cross the network. */

@@ -26,7 +26,8 @@ hcclResult_t hccl_coll_submit(struct hcclComm *comm, const char *fn, hccl_coll_c
                               bool blocking, hcclRequest_t *req_p);
 /* Reactor thread: plan the request (cached by shape) and start it. */
 void hccl_coll_start(struct hcclComm *comm, struct hcclRequest *req);
-/* Reactor thread: HCCL_CHECK's signature exchange first, then hccl_coll_start. */
+/* Reactor thread: HCCL_CHECK's signature exchange first, then the lane or hccl_coll_start, in
+ * the order the requests were posted. */
 void hccl_coll_start_checked(struct hcclComm *comm, struct hcclRequest *req);
 
 #endif /* HCCL_CORE_COLL_H */

@@ -1,4 +1,5 @@
-/* HCCL_CHECK: every rank's signature of the call gathered and compared first. */
+/* HCCL_CHECK: every rank's signature of the call gathered and compared first; then the
+ * call starts on the lane or its plan, in the order the calls were posted. */
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +38,40 @@ static void sig_describe(const coll_sig_t *g, char *buf, size_t len)
                  dt);
 }
 
+/*
+ * Checked requests start in the order they were posted, whatever order their checks end in:
+ * the lane runs operations in the order each rank enqueued them, which must be the same on
+ * every rank.
+ */
+static void checking_remove(struct hcclComm *comm, struct hcclRequest *req)
+{
+    struct hcclRequest **at = &comm->checking_head, *prev = NULL;
+
+    while (*at && *at != req) {
+        prev = *at;
+        at = &(*at)->next_checking;
+    }
+    if (!*at)
+        return;
+    *at = req->next_checking;
+    if (comm->checking_tail == req)
+        comm->checking_tail = prev;
+    req->next_checking = NULL;
+}
+
+static void checking_start_passed(struct hcclComm *comm)
+{
+    struct hcclRequest *req;
+
+    while ((req = comm->checking_head) && req->check_passed) {
+        checking_remove(comm, req);
+        if (hccl_coll_lane_takes(comm, req->coll, req->count, (hcclDataType_t)req->dtype))
+            hccl_coll_lane_start(comm, req);
+        else
+            hccl_coll_start(comm, req);
+    }
+}
+
 static void coll_on_check_done(hccl_run_t *run, hcclResult_t res, const char *msg, void *arg)
 {
     struct hcclRequest *req = arg;
@@ -49,7 +84,9 @@ static void coll_on_check_done(hccl_run_t *run, hcclResult_t res, const char *ms
     if (res != hcclSuccess) {
         snprintf(text, sizeof(text), "%s (seq %llu, signature check): %s",
                  hccl_coll_name(req->coll), (unsigned long long)req->seq, msg ? msg : "");
+        checking_remove(comm, req);
         hccl_coll_finish(comm, req, res, text);
+        checking_start_passed(comm);
         return;
     }
     for (int r = 1; r < comm->nranks; r++) {
@@ -65,10 +102,13 @@ static void coll_on_check_done(hccl_run_t *run, hcclResult_t res, const char *ms
         /* Every rank compares the same table: rank 0's call is the reference, so it is the
          * origin everywhere, and an abort passes the mismatch on to ranks still comparing. */
         hccl_comm_cause_note(comm, hcclInvalidUsage, 0, text, full, sizeof(full));
+        checking_remove(comm, req);
         hccl_coll_finish(comm, req, hcclInvalidUsage, full);
+        checking_start_passed(comm);
         return;
     }
-    hccl_coll_start(comm, req);
+    req->check_passed = true;
+    checking_start_passed(comm);
 }
 
 static hcclResult_t check_plan(struct hcclComm *comm, hccl_plan_t **plan_p)
@@ -80,7 +120,8 @@ static hcclResult_t check_plan(struct hcclComm *comm, hccl_plan_t **plan_p)
     hccl_plan_t *plan = hccl_plan_cache_get(comm->plans, &key);
 
     if (!plan) {
-        hccl_algo_t algo = hccl_tuner_pick(&comm->tuner, &shape, comm->nranks);
+        /* A plan even where the lane would take a call of this size: its messages are tagged. */
+        hccl_algo_t algo = hccl_tuner_pick_plan(&comm->tuner, &shape, comm->nranks);
         HCCL_CHECK(hccl_algo_build(&comm->tuner, algo, comm->rank, comm->nranks, &shape, &plan));
         for (uint32_t i = 0; i < plan->nsteps; i++)
             if (plan->steps[i].kind == HCCL_STEP_SEND || plan->steps[i].kind == HCCL_STEP_RECV)
@@ -109,12 +150,17 @@ void hccl_coll_start_checked(struct hcclComm *comm, struct hcclRequest *req)
     sig->count = req->coll == HCCL_COLL_ALLTOALLV ? 0 : req->count; /* v counts differ by design */
     sig->seq = req->seq;
     req->check = sig;
+    *(comm->checking_tail ? &comm->checking_tail->next_checking : &comm->checking_head) = req;
+    comm->checking_tail = req;
     res = check_plan(comm, &plan);
     if (res == hcclSuccess) {
         res = hccl_exec_start(comm->exec, plan, req->seq, sig, sig + 1, coll_on_check_done, req,
                               (hccl_run_t **)&req->run);
         hccl_plan_release(plan);
     }
-    if (res != hcclSuccess)
+    if (res != hcclSuccess) {
+        checking_remove(comm, req);
         hccl_coll_finish(comm, req, res, hccl_error_last());
+        checking_start_passed(comm);
+    }
 }

@@ -150,8 +150,9 @@ bool hccl_coll_lane_blocking(struct hcclComm *comm, int coll, const void *sendbu
     lane_call_t c = {.comm = comm, .state = CALL_NEW};
     hccl_help_t help = {lane_call_step, lane_call_park, &c};
 
-    /* Fault injection counts on requests; a loop of the caller's own drives what it borrowed. */
-    if (comm->faults || hccl_reactor_is_external(comm->reactor))
+    /* Fault injection counts on requests, HCCL_CHECK compares a request's signature first; a
+     * loop of the caller's own drives what it borrowed. */
+    if (comm->faults || comm->params.check || hccl_reactor_is_external(comm->reactor))
         return false;
     c.op.coll = coll;
     c.op.sendbuf = sendbuf;

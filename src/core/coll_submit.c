@@ -321,12 +321,10 @@ static void coll_on_post(hccl_post_t *post)
         hccl_coll_finish(comm, req, res, hccl_error_last());
         return;
     }
-    if (hccl_coll_lane_takes(comm, req->coll, req->count, (hcclDataType_t)req->dtype)) {
-        hccl_coll_lane_start(comm, req);
-        return;
-    }
     if (comm->params.check && !p2p)
-        hccl_coll_start_checked(comm, req);
+        hccl_coll_start_checked(comm, req); /* then the lane or a plan */
+    else if (hccl_coll_lane_takes(comm, req->coll, req->count, (hcclDataType_t)req->dtype))
+        hccl_coll_lane_start(comm, req);
     else
         hccl_coll_start(comm, req);
 }

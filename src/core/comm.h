@@ -133,6 +133,8 @@ struct hcclComm {
     /* Reactor thread: the requests under the exec timeout, oldest first, and the one timer
      * that serves them all (coll_submit.c, hccl_coll_arm_timeout). */
     struct hcclRequest *timed_head, *timed_tail;
+    /* HCCL_CHECK: requests being checked, in posting order (reactor thread; coll_check.c) */
+    struct hcclRequest *checking_head, *checking_tail;
     hccl_timer_t *exec_timer;        /* owned; NULL until the first timed request */
     bool exec_timer_armed;
     /* failure state, written on the reactor thread */

@@ -161,8 +161,8 @@ static void comm_check_room(struct hcclComm *comm)
 
 /*
  * The lane, where one link's window reaches every rank (the same answer on every rank, like
- * the settings that decide it, which the rendezvous compared). HCCL_CHECK's signature exchange
- * goes through plans, so checked communicators keep to them.
+ * the settings that decide it, which the rendezvous compared). Under HCCL_CHECK a call takes
+ * it once its signatures compared equal (coll_check.c).
  */
 static hcclResult_t comm_open_lane(struct hcclComm *comm)
 {
@@ -185,7 +185,7 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
         limits.rooted_max = shared ? HCCL_WINDOW_CAP : 32768;
     }
     limits.direct_min = lane_direct_min(comm);
-    if (limits.max_bytes == 0 || comm->params.check || !win)
+    if (limits.max_bytes == 0 || !win)
         return hcclSuccess;
     if (shared)
         HCCL_CHECK(lane_cpu_groups(comm, &group_of));

@@ -153,6 +153,8 @@ struct hcclRequest {
     int root;                       /* Broadcast/Reduce root, Send/Recv peer */
     size_t *v;                      /* owned: AlltoAllv's counts and displacements (4 x nranks) */
     void *check;                    /* owned: HCCL_CHECK's signature table while it is compared */
+    struct hcclRequest *next_checking; /* the communicator's requests being checked, in order */
+    bool check_passed;              /* every rank called the same: it starts in its turn */
     struct hcclRequest *next_self;  /* the communicator's queue of sends/receives to itself */
     size_t ext_bytes;               /* the room after the request, for its runner's state */
     void *ext;                      /* there (NULL: none), freed with the request */

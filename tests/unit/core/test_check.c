@@ -1,7 +1,9 @@
 /*
  * HCCL_CHECK=1: every collective's signature is compared across ranks first;
  * a planted mismatch fails every rank with hcclInvalidUsage naming both calls,
- * instead of hanging or mixing data, and matching calls still work.
+ * instead of hanging or mixing data, and matching calls still work. Many calls
+ * in flight at once, of the lane's and of plans, start in the order they were
+ * posted whatever order their checks end in, and give the right results.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -78,9 +80,86 @@ static void test_planted_mismatch(void **state)
     }
 }
 
+#define INFLIGHT 18
+
+typedef struct {
+    hcclUniqueId id;
+    int rank;
+    hcclResult_t res;
+    int bad; /* the first call whose result was wrong, -1: none */
+} inflight_arg_t;
+
+/* Small AllReduces and Broadcasts (the lane's, where the communicator has one) between
+ * AlltoAllvs (always a plan), all posted before any is waited for. */
+static void *inflight_rank(void *p)
+{
+    inflight_arg_t *a = p;
+    hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
+    hcclRequest_t reqs[INFLIGHT];
+    int buf[INFLIGHT][N], out[INFLIGHT][N];
+    size_t counts[N], displs[N];
+    hcclComm_t comm;
+
+    a->bad = -1;
+    cfg.connectTimeoutMs = 20000;
+    a->res = hcclCommInitRankConfig(&comm, N, a->id, a->rank, &cfg);
+    if (a->res != hcclSuccess)
+        return NULL;
+    for (int r = 0; r < N; r++) {
+        counts[r] = 1;
+        displs[r] = (size_t)r;
+    }
+    for (int i = 0; i < INFLIGHT && a->res == hcclSuccess; i++) {
+        for (int r = 0; r < N; r++)
+            buf[i][r] = 100 * i + 10 * a->rank + r;
+        if (i % 3 == 0)
+            a->res = hcclAllReduceAsync(buf[i], buf[i], N, hcclInt32, hcclSum, comm, &reqs[i]);
+        else if (i % 3 == 1)
+            a->res = hcclBroadcastAsync(buf[i], N, hcclInt32, i % N, comm, &reqs[i]);
+        else
+            a->res = hcclAlltoAllvAsync(buf[i], counts, displs, out[i], counts, displs, hcclInt32,
+                                        comm, &reqs[i]);
+    }
+    if (a->res == hcclSuccess)
+        a->res = hcclWaitAll(INFLIGHT, reqs);
+    for (int i = 0; i < INFLIGHT && a->res == hcclSuccess && a->bad < 0; i++)
+        for (int r = 0; r < N; r++) {
+            int want = i % 3 == 0   ? 300 * i + 10 * (0 + 1 + 2) + 3 * r
+                       : i % 3 == 1 ? 100 * i + 10 * (i % N) + r
+                                    : 100 * i + 10 * r + a->rank;
+            if ((i % 3 == 2 ? out[i][r] : buf[i][r]) != want)
+                a->bad = i;
+        }
+    hcclCommDestroy(comm);
+    return NULL;
+}
+
+static void test_inflight_in_order(void **state)
+{
+    inflight_arg_t a[N];
+    pthread_t th[N];
+    hcclUniqueId id;
+
+    (void)state;
+    assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
+    for (int r = 0; r < N; r++) {
+        memset(&a[r], 0, sizeof(a[r]));
+        a[r].id = id;
+        a[r].rank = r;
+        assert_int_equal(pthread_create(&th[r], NULL, inflight_rank, &a[r]), 0);
+    }
+    for (int r = 0; r < N; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < N; r++) {
+        assert_int_equal(a[r].res, hcclSuccess);
+        assert_int_equal(a[r].bad, -1);
+    }
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_planted_mismatch)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_planted_mismatch),
+                                       cmocka_unit_test(test_inflight_in_order)};
 
     setenv("HCCL_CHECK", "1", 1); /* read when each communicator is created */
     return cmocka_run_group_tests(tests, NULL, NULL);
