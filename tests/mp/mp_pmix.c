@@ -99,14 +99,16 @@ static int run_absent(const char *fifo)
     g_rank = env_rank();
     if (g_rank == n - 1) {
         /* In PMIx (the launcher takes a process that never connects for a crash), but never in
-         * the fence; released once every other rank has written its byte to the fifo. */
+         * the fence; released once every other rank has written its byte to the fifo. Opened
+         * for writing too, so that it is never without a reader between two writers: a writer
+         * that found it so would die of SIGPIPE. */
         if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS)
             return 1;
-        while (got < n - 1 && (fd = open(fifo, O_RDONLY)) >= 0) {
-            while (got < n - 1 && read(fd, &c, 1) == 1)
-                got++;
+        fd = open(fifo, O_RDWR);
+        while (fd >= 0 && got < n - 1 && read(fd, &c, 1) == 1)
+            got++;
+        if (fd >= 0)
             close(fd);
-        }
         PMIx_Finalize(NULL, 0);
         printf("rank %d: stayed away ok\n", g_rank);
         return 0;
