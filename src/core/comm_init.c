@@ -324,7 +324,6 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     HCCL_CHECK_GOTO(hccl_exec_create(comm->reactor, rank, nranks, comm->conns, &comm->exec), res,
                     err_free);
     hccl_exec_set_recv_reduce(comm->exec, comm->params.recv_reduce);
-    hccl_fault_enable_steps(comm);
     HCCL_CHECK_GOTO(hccl_plan_cache_create(HCCL_PLAN_CACHE_SIZE, &comm->plans), res, err_free);
     hccl_tuner_init(&comm->tuner, comm->params.algo, comm->params.buffsize);
     hccl_tuner_set_model(&comm->tuner, hccl_topo_cost_class(comm->cards, nranks),
@@ -355,6 +354,7 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
             HCCL_CHECK_GOTO(comm_open_lane(comm), res, err_free);
         comm_check_room(comm);
     }
+    hccl_fault_enable_steps(comm);
     comm->env.setup_watch_fd = -1;
     HCCL_CHECK_GOTO(hccl_bootstrap_setup_done(&bs.setup_fd, rank, nranks, hcclSuccess, rank, deadline),
                     res, err_free);

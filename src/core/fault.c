@@ -277,6 +277,9 @@ void hccl_fault_enable_steps(struct hcclComm *comm)
     for (int i = 0; comm->faults && i < comm->faults->n; i++) {
         if (comm->faults->f[i].at == HCCL_FAULT_AT_STEP) {
             hccl_exec_set_step_hook(comm->exec, fault_on_step, comm);
+            /* A lane operation's one step is its publication (step 0). */
+            if (comm->lane)
+                hccl_lane_set_step_hook(comm->lane, fault_on_step, comm);
             return;
         }
     }

@@ -11,7 +11,8 @@
  * the start-up calibration's), the one error messages print; T is the step's index in the
  * plan. A fault fires at the first point that matches it, once; a delay without seq fires
  * once per collective. Malformed faults are warned about and ignored. A set HCCL_FAULT keeps
- * collectives off the lane (which has no steps) unless HCCL_LANE_MAX is set too.
+ * collectives off the lane unless HCCL_LANE_MAX is set too; there a lane operation has one
+ * step, 0, its publication.
  */
 #ifndef HCCL_FAULT_H
 #define HCCL_FAULT_H
@@ -58,7 +59,8 @@ struct hcclComm;
  * nothing applies to this rank, which is all the hot path looks at.
  */
 void hccl_fault_attach(struct hcclComm *comm);
-/* Once comm->exec exists: hooks the step faults into the executor (nothing when there are none). */
+/* Once comm->exec and the lane exist: hooks the step faults into the executor and the lane
+ * (nothing when there are none). */
 void hccl_fault_enable_steps(struct hcclComm *comm);
 void hccl_fault_detach(struct hcclComm *comm);
 /* A point of comm's life was reached (seq: the collective that just finished, for idle). */

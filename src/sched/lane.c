@@ -307,6 +307,12 @@ void hccl_lane_replace(hccl_lane_t *lane, hccl_lane_op_t *op, hccl_lane_op_t *co
         lane->tail = copy;
 }
 
+void hccl_lane_set_step_hook(hccl_lane_t *lane, hccl_lane_step_hook_t hook, void *arg)
+{
+    lane->step_hook = hook;
+    lane->step_hook_arg = arg;
+}
+
 void hccl_lane_fail_all(hccl_lane_t *lane, hcclResult_t res, const char *msg)
 {
     hccl_lane_op_t *op;

@@ -122,6 +122,13 @@ int hccl_lane_groups(const hccl_lane_t *lane);
 size_t hccl_lane_reach(const hccl_lane_t *lane);
 /* Puts op's copy in its place in the queue (a caller that stops driving its own op). */
 void hccl_lane_replace(hccl_lane_t *lane, hccl_lane_op_t *op, hccl_lane_op_t *copy);
+/*
+ * Runs before each operation is published, the lane's one step (index 0), on the thread that
+ * publishes it: fault injection, as the executor's step hook is for plans (same signature as
+ * hccl_exec_step_hook_t). NULL, the default, costs a branch per operation.
+ */
+typedef void (*hccl_lane_step_hook_t)(void *arg, uint64_t seq, uint32_t step);
+void hccl_lane_set_step_hook(hccl_lane_t *lane, hccl_lane_step_hook_t hook, void *arg);
 /* Ends every queued operation with res; the lane takes nothing afterwards. */
 void hccl_lane_fail_all(hccl_lane_t *lane, hcclResult_t res, const char *msg);
 /* The queue, oldest first (then op->next), for diagnostics. */

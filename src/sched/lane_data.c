@@ -51,6 +51,8 @@ void hccl_lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
     size_t bytes = op_block_bytes(lane, op);
     char *block;
 
+    if (lane->step_hook)
+        lane->step_hook(lane->step_hook_arg, op->seq, 0);
     op->lseq = lane->next_lseq++;
     hccl_lane_choose_way(lane, op, bytes);
     op->direct = bytes && lane_goes_direct(lane, op, bytes);

@@ -31,6 +31,8 @@ struct hccl_lane {
     bool halted;                /* on_fatal was called: nothing moves until the failure comes */
     hccl_lane_fatal_fn on_fatal;
     void *fatal_arg;
+    hccl_lane_step_hook_t step_hook; /* before each publication (fault injection) */
+    void *step_hook_arg;
     /* CPU groups (limits.group_of): 0 groups where ranks are not grouped */
     int ngroups;
     int *members;               /* ranks by group, in rank order within each */

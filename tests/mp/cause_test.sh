@@ -15,7 +15,9 @@ last=$((n - 1))
 # (mismatch0: rank 0 calls Broadcast, the others AllReduce; mismatch: the last rank does;
 # kill: before the second AllReduce, with nothing in flight; kill_init: between the rendezvous
 # and the links' set-up; kill_mid: at the second step of an AllReduce; cut: the victim closes
-# its link to rank 0 as a cut cable would, and stays)
+# its link to rank 0 as a cut cable would, and stays; kill_lane and cut_lane: the same as the
+# victim publishes the second AllReduce on the shm lane, which HCCL_LANE_MAX lets the 16 KiB
+# calls take where every rank shares one host)
 matrix="kill|$last|hcclRemoteError||no|rank $last went away
 late|$last|hcclTimeout|HCCL_EXEC_TIMEOUT=1|yes|rank $last did not take part in allreduce seq 1
 mismatch0|0|hcclInvalidUsage|HCCL_CHECK=1|yes|collective mismatch at seq 1
@@ -23,7 +25,9 @@ mismatch|$last|hcclInvalidUsage|HCCL_CHECK=1|yes|collective mismatch at seq 1
 absent|$last|hcclTimeout|HCCL_CONNECT_TIMEOUT=3|no|$last
 kill_init|$last|hcclRemoteError|HCCL_FAULT=kill:rank=$last,at=init|no|rank $last went away
 kill_mid|$last|hcclRemoteError|HCCL_FAULT=kill:rank=$last,seq=1,step=1|no|rank $last went away
-cut|$last|hcclRemoteError|HCCL_FAULT=close:rank=$last,peer=0,seq=1|yes|rank $last went away"
+cut|$last|hcclRemoteError|HCCL_FAULT=close:rank=$last,peer=0,seq=1|yes|rank $last went away
+kill_lane|$last|hcclRemoteError|HCCL_LANE_MAX=65536 HCCL_FAULT=kill:rank=$last,seq=1,step=0|no|rank $last went away
+cut_lane|$last|hcclRemoteError|HCCL_LANE_MAX=65536 HCCL_FAULT=close:rank=$last,peer=0,seq=1|yes|rank $last went away"
 
 links=$link wrap=()
 if [ "$link" = hosts2 ]; then
@@ -39,7 +43,7 @@ fail() { echo "FAIL [$link n=$n $1]: $2"; fails=$((fails + 1)); }
 run_case() {
     local name=$1 victim=$2 want=$3 extra=$4 victim_reports=$5 needle=$6 out first="" count=0 pcase
     # kill_* and cut: HCCL_FAULT does the harm while every rank runs the same calls.
-    case $name in kill_* | cut) pcase=fault ;; *) pcase=${name%0} ;; esac
+    case $name in kill_* | cut | cut_*) pcase=fault ;; *) pcase=${name%0} ;; esac
     # shellcheck disable=SC2086
     out=$(env ${links:+HCCL_LINKS="$links"} HCCL_CALIBRATE=0 HCCL_CONNECT_TIMEOUT=30 HCCL_RUN_GRACE_S=20 $extra \
               timeout 90 "$run" -n "$n" --timeout 60 "${wrap[@]}" "$prog" --case "$pcase" --victim "$victim" 2>&1)
