@@ -159,6 +159,7 @@ typedef struct {
     double beta_us_per_byte;  /* per byte on the wire */
     double gamma_us_per_byte; /* per byte reduced */
     bool cpus_shared;         /* ranks of some host take turns on its CPUs (see cost.c) */
+    bool rings_wait_turns;    /* and over shm, where a ring's steps wait for them (cost.c) */
 } hccl_cost_t;
 
 hccl_cost_t hccl_cost_default(hccl_cost_class_t cls);

@@ -73,10 +73,21 @@ static double pipeline(const hccl_cost_t *c, double depth, double m, size_t chun
     return (depth + k - 1) * (c->alpha_us + m / k * per_byte);
 }
 
+/*
+ * Where ranks take turns on shared CPUs over shm, a ring's n - 1 steps each wait for the next
+ * rank's turn, which its pipeline of chunks does not hide: at 4 and 8 ranks on 2 cores,
+ * 64 MiB, the rings of AllGather, ReduceScatter and AllReduce took 1.15-1.4x the time of the
+ * recursive algorithms that move the same bytes in log2 n steps (docs/performance.md). Their
+ * bytes are priced that much higher there. Over tcp, where the sockets' buffers let a ring's
+ * sender run ahead, a 16 MiB ReduceScatter at 4 ranks was faster by ring.
+ */
+#define RING_SHARED_BYTE_COST 1.3
+
 double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t algo, size_t bytes,
                           int n, size_t chunk)
 {
     double m = (double)bytes, a = c->alpha_us, b = c->beta_us_per_byte, g = c->gamma_us_per_byte;
+    double rb = c->rings_wait_turns ? RING_SHARED_BYTE_COST * b : b; /* a ring's byte */
     double p = pow(2.0, log2_floor(n)), fold = p < n ? 2 * (a + m * b) : 0;
     double lg = log2_ceil(n), nn = n;
 
@@ -85,7 +96,7 @@ double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t al
     switch (coll) {
     case HCCL_COLL_ALLREDUCE:
         if (algo == HCCL_ALGO_RING)
-            return 2 * (nn - 1) * a + 2 * (nn - 1) / nn * m * b + (nn - 1) / nn * m * g;
+            return 2 * (nn - 1) * a + 2 * (nn - 1) / nn * m * rb + (nn - 1) / nn * m * g;
         if (algo == HCCL_ALGO_RECDBL)
             return log2_floor(n) * (a + m * b + m * g) + fold;
         if (algo == HCCL_ALGO_RABENSEIFNER)
@@ -112,7 +123,7 @@ double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t al
         break;
     case HCCL_COLL_ALLGATHER: /* m = one rank's block; the result is n blocks */
         if (algo == HCCL_ALGO_RING)
-            return (nn - 1) * (a + m * b);
+            return (nn - 1) * (a + m * rb);
         /* recdbl builds Bruck's plan when n is not a power of two; Bruck collects in scratch and
          * rotates the result into place: two more passes over it. */
         if (algo == HCCL_ALGO_BRUCK || (algo == HCCL_ALGO_RECDBL && p < n))
@@ -122,7 +133,7 @@ double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t al
         break;
     case HCCL_COLL_REDUCESCATTER: /* m = one rank's block */
         if (algo == HCCL_ALGO_RING)
-            return (nn - 1) * (a + m * (b + g));
+            return (nn - 1) * (a + m * (rb + g));
         if (algo == HCCL_ALGO_RECHALV) /* whole halves at a time, in a scratch of the full input */
             return log2_floor(n) * a + (nn - 1) * m * (b + g) + nn * m * g +
                    (p < n ? 2 * (a + nn * m * b) : 0);

@@ -60,7 +60,8 @@ static double reduce_us_per_byte(float *a, float *b, size_t bytes)
 /* The coefficient of each constant in the model's estimate (the estimate is linear in them). */
 static void coefficients(const struct hcclComm *comm, hccl_algo_t algo, size_t bytes, double k[3])
 {
-    static const hccl_cost_t unit[3] = {{1, 0, 0, false}, {0, 1, 0, false}, {0, 0, 1, false}};
+    static const hccl_cost_t unit[3] = {
+        {1, 0, 0, false, false}, {0, 1, 0, false, false}, {0, 0, 1, false, false}};
 
     for (int i = 0; i < 3; i++)
         k[i] = hccl_cost_estimate(&unit[i], HCCL_COLL_ALLREDUCE, algo, bytes, comm->nranks,

@@ -340,6 +340,8 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     }
     hccl_tuner_set_topology(&comm->tuner, comm->node_of, nranks);
     comm->tuner.model.cpus_shared = hccl_topo_any_cores_shared(comm); /* kept by the calibration */
+    comm->tuner.model.rings_wait_turns =
+        comm->tuner.model.cpus_shared && comm->tuner.cls == HCCL_COST_SHM;
     comm_set_store_min(comm);
     hccl_reactor_set_cores_shared(comm->reactor, hccl_topo_cores_shared(comm));
     {

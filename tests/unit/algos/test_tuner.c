@@ -2,6 +2,7 @@
  * The tuner's pick of the lane (HCCL_ALGO_LANE) against the plans' algorithms: by the lane's own
  * limits, where HCCL_ALGO names it or another algorithm, without a lane, and for what the lane
  * never runs. The lane is one over the sim window (links/link.h), as a communicator's would be.
+ * And the plans' pick where ranks wait for turns on shared CPUs over shm: rings lose there.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -137,6 +138,23 @@ static void test_no_plan(void **state)
     assert_null(plan);
 }
 
+/* Rings' bytes cost more where they wait for turns (cost.c): a large ReduceScatter goes by
+ * recursive halving there, by ring where they do not; the lane's pick is not the question. */
+static void test_rings_wait_turns(void **state)
+{
+    hccl_tuner_t t;
+    hccl_coll_shape_t shape = {HCCL_COLL_REDUCESCATTER, 16u << 20, hcclFloat32, hcclSum, 0, NULL};
+
+    (void)state;
+    hccl_tuner_init(&t, NULL, 4u << 20);
+    hccl_tuner_set_model(&t, HCCL_COST_SHM, "2,2,28");
+    t.model.cpus_shared = true;
+    assert_int_equal(hccl_tuner_pick_plan(&t, &shape, 4), HCCL_ALGO_RING);
+    t.model.rings_wait_turns = true;
+    assert_int_equal(hccl_tuner_pick_plan(&t, &shape, 4), HCCL_ALGO_RECHALV);
+    assert_int_equal(hccl_tuner_pick_plan(&t, &shape, 8), HCCL_ALGO_RECHALV);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -144,6 +162,7 @@ int main(void)
         cmocka_unit_test(test_forced_lane),
         cmocka_unit_test(test_forced_other),
         cmocka_unit_test(test_no_plan),
+        cmocka_unit_test(test_rings_wait_turns),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
