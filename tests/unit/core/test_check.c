@@ -20,9 +20,33 @@
 
 #define N 3
 
+/* What every rank's thread is given first. */
 typedef struct {
     hcclUniqueId id;
     int rank;
+} rank_arg_t;
+
+/* Runs fn on N threads, one per rank, each with its element of args (stride bytes apart, each
+ * starting with a rank_arg_t), and joins them. */
+static void run_ranks(void *(*fn)(void *), void *args, size_t stride)
+{
+    pthread_t th[N];
+    hcclUniqueId id;
+
+    assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
+    for (int r = 0; r < N; r++) {
+        rank_arg_t *a = (rank_arg_t *)((char *)args + (size_t)r * stride);
+        memset(a, 0, stride);
+        a->id = id;
+        a->rank = r;
+        assert_int_equal(pthread_create(&th[r], NULL, fn, a), 0);
+    }
+    for (int r = 0; r < N; r++)
+        pthread_join(th[r], NULL);
+}
+
+typedef struct {
+    rank_arg_t who;
     hcclResult_t ok_res;       /* a matching AllReduce */
     hcclResult_t mismatch_res; /* rank 2 calls Broadcast where the others call AllReduce */
     hcclResult_t after_res;    /* the communicator still works afterwards */
@@ -33,18 +57,19 @@ typedef struct {
 static void *check_rank(void *p)
 {
     check_arg_t *a = p;
+    int rank = a->who.rank;
     hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
     hcclComm_t comm;
     int buf[16] = {0};
 
     cfg.connectTimeoutMs = 20000;
-    if (hcclCommInitRankConfig(&comm, N, a->id, a->rank, &cfg) != hcclSuccess) {
+    if (hcclCommInitRankConfig(&comm, N, a->who.id, rank, &cfg) != hcclSuccess) {
         a->ok_res = hcclInternalError;
         return NULL;
     }
-    a->sum = a->rank;
+    a->sum = rank;
     a->ok_res = hcclAllReduce(&a->sum, &a->sum, 1, hcclInt32, hcclSum, comm);
-    if (a->rank == 2)
+    if (rank == 2)
         a->mismatch_res = hcclBroadcast(buf, 16, hcclInt32, 0, comm);
     else
         a->mismatch_res = hcclAllReduce(buf, buf, 16, hcclInt32, hcclSum, comm);
@@ -57,19 +82,9 @@ static void *check_rank(void *p)
 static void test_planted_mismatch(void **state)
 {
     check_arg_t a[N];
-    pthread_t th[N];
-    hcclUniqueId id;
 
     (void)state;
-    assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
-    for (int r = 0; r < N; r++) {
-        memset(&a[r], 0, sizeof(a[r]));
-        a[r].id = id;
-        a[r].rank = r;
-        assert_int_equal(pthread_create(&th[r], NULL, check_rank, &a[r]), 0);
-    }
-    for (int r = 0; r < N; r++)
-        pthread_join(th[r], NULL);
+    run_ranks(check_rank, a, sizeof(a[0]));
     for (int r = 0; r < N; r++) {
         assert_int_equal(a[r].ok_res, hcclSuccess);
         assert_int_equal(a[r].sum, 0 + 1 + 2);
@@ -83,8 +98,7 @@ static void test_planted_mismatch(void **state)
 #define INFLIGHT 18
 
 typedef struct {
-    hcclUniqueId id;
-    int rank;
+    rank_arg_t who;
     hcclResult_t res;
     int bad; /* the first call whose result was wrong, -1: none */
 } inflight_arg_t;
@@ -94,6 +108,7 @@ typedef struct {
 static void *inflight_rank(void *p)
 {
     inflight_arg_t *a = p;
+    int rank = a->who.rank;
     hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
     hcclRequest_t reqs[INFLIGHT];
     int buf[INFLIGHT][N], out[INFLIGHT][N];
@@ -102,7 +117,7 @@ static void *inflight_rank(void *p)
 
     a->bad = -1;
     cfg.connectTimeoutMs = 20000;
-    a->res = hcclCommInitRankConfig(&comm, N, a->id, a->rank, &cfg);
+    a->res = hcclCommInitRankConfig(&comm, N, a->who.id, rank, &cfg);
     if (a->res != hcclSuccess)
         return NULL;
     for (int r = 0; r < N; r++) {
@@ -111,7 +126,7 @@ static void *inflight_rank(void *p)
     }
     for (int i = 0; i < INFLIGHT && a->res == hcclSuccess; i++) {
         for (int r = 0; r < N; r++)
-            buf[i][r] = 100 * i + 10 * a->rank + r;
+            buf[i][r] = 100 * i + 10 * rank + r;
         if (i % 3 == 0)
             a->res = hcclAllReduceAsync(buf[i], buf[i], N, hcclInt32, hcclSum, comm, &reqs[i]);
         else if (i % 3 == 1)
@@ -126,7 +141,7 @@ static void *inflight_rank(void *p)
         for (int r = 0; r < N; r++) {
             int want = i % 3 == 0   ? 300 * i + 10 * (0 + 1 + 2) + 3 * r
                        : i % 3 == 1 ? 100 * i + 10 * (i % N) + r
-                                    : 100 * i + 10 * r + a->rank;
+                                    : 100 * i + 10 * r + rank;
             if ((i % 3 == 2 ? out[i][r] : buf[i][r]) != want)
                 a->bad = i;
         }
@@ -137,19 +152,9 @@ static void *inflight_rank(void *p)
 static void test_inflight_in_order(void **state)
 {
     inflight_arg_t a[N];
-    pthread_t th[N];
-    hcclUniqueId id;
 
     (void)state;
-    assert_int_equal(hcclGetUniqueId(&id), hcclSuccess);
-    for (int r = 0; r < N; r++) {
-        memset(&a[r], 0, sizeof(a[r]));
-        a[r].id = id;
-        a[r].rank = r;
-        assert_int_equal(pthread_create(&th[r], NULL, inflight_rank, &a[r]), 0);
-    }
-    for (int r = 0; r < N; r++)
-        pthread_join(th[r], NULL);
+    run_ranks(inflight_rank, a, sizeof(a[0]));
     for (int r = 0; r < N; r++) {
         assert_int_equal(a[r].res, hcclSuccess);
         assert_int_equal(a[r].bad, -1);
