@@ -117,8 +117,7 @@ static hcclResult_t ring_bw(hcclComm_t comm, int me, int n, char *buf, double *g
         for (int i = 0; i < BW_MSGS; i++) {
             CHECK(hcclRecvAsync(buf + BW_BYTES, BW_BYTES, hcclUint8, (me + n - 1) % n, comm,
                                 &reqs[2 * i]));
-            CHECK(hcclSendAsync(buf, BW_BYTES, hcclUint8, (me + 1) % n, comm,
-                                &reqs[2 * i + 1]));
+            CHECK(hcclSendAsync(buf, BW_BYTES, hcclUint8, (me + 1) % n, comm, &reqs[2 * i + 1]));
         }
         CHECK(hcclWaitAll(2 * BW_MSGS, reqs));
         rate = (double)BW_BYTES * BW_MSGS / (now_us() - t0) / 1e3;
@@ -231,7 +230,8 @@ static void print_table(const struct hcclComm *c, const hccl_topo_linkperf_t *pe
                    hccl_link_by_id(perf[i].link)->name, perf[i].a, perf[i].b, perf[i].latency_us,
                    perf[i].bandwidth_gbps);
         printf("  every rank sending to the next at once (as in a ring's step): "
-               "%.2f GB/s per link\n", ring_gbps);
+               "%.2f GB/s per link\n",
+               ring_gbps);
     }
 
     printf("\ntuner model (%s class, %s): alpha %.2f us, %.2f GB/s per link, reduction %.2f GB/s\n",

@@ -351,7 +351,8 @@ static void shm_populate_rings(shm_ctx_t *ctx)
     if (!ctx->room_known || ctx->room < per_rank * (size_t)(ctx->nactive + 1)) {
         HCCL_INFO(HCCL_SUB_LINK,
                   "rank %d: shm: rings left sparse: /dev/shm had %zu KiB free, the host's rings "
-                  "take %zu KiB", ctx->env->rank, ctx->room_known ? ctx->room >> 10 : 0,
+                  "take %zu KiB",
+                  ctx->env->rank, ctx->room_known ? ctx->room >> 10 : 0,
                   per_rank * (size_t)(ctx->nactive + 1) >> 10);
         return;
     }
@@ -362,8 +363,9 @@ static void shm_populate_rings(shm_ctx_t *ctx)
             uintptr_t start = ring[k] & ~(page - 1);
             /* Best effort: a page left out is faulted in when first used, as without this. */
             if (madvise((void *)start, ring[k] + bytes - start, MADV_POPULATE_WRITE) != 0) {
-                HCCL_INFO(HCCL_SUB_LINK, "rank %d: shm: the ring shared with rank %d not "
-                          "populated: %s", ctx->env->rank, ctx->active[i], strerror(errno));
+                HCCL_INFO(HCCL_SUB_LINK,
+                          "rank %d: shm: the ring shared with rank %d not populated: %s",
+                          ctx->env->rank, ctx->active[i], strerror(errno));
                 return;
             }
         }
