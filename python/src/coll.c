@@ -417,15 +417,17 @@ static int read_sizes(call_t *c, PyObject *seq, size_t n, size_t *out, const cha
 
     if (!fast || (size_t)PySequence_Fast_GET_SIZE(fast) != n) {
         Py_XDECREF(fast);
-        PyErr_Clear();
+        if (hccl_py_clear_value_error() < 0)
+            return -1;
         invalid(c, "%s: expected a sequence of %zu non-negative integers", what, n);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
         out[i] = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(fast, (Py_ssize_t)i));
         if (out[i] == (size_t)-1 && PyErr_Occurred()) {
-            PyErr_Clear();
             Py_DECREF(fast);
+            if (hccl_py_clear_value_error() < 0)
+                return -1;
             invalid(c, "%s[%zu]: expected a non-negative integer", what, i);
             return -1;
         }

@@ -57,6 +57,12 @@ extern PyTypeObject hccl_py_request_type;
 PyObject *hccl_py_raise(hcclResult_t res, const char *msg);
 PyObject *hccl_py_raise_last(hcclResult_t res, hcclComm_t comm);
 PyObject *hccl_py_error_for(hcclResult_t res);
+/*
+ * After a conversion failed: an error of the value (TypeError, ValueError, OverflowError,
+ * AttributeError) is cleared, for the caller to raise its own, clearer one (0); any other
+ * (MemoryError, KeyboardInterrupt, ...) stays set, for the caller to return (-1).
+ */
+int hccl_py_clear_value_error(void);
 int hccl_py_parse_op(PyObject *obj, hcclRedOp_t *op_p);
 int hccl_py_parse_dtype(PyObject *obj, hcclDataType_t *dtype_p);
 int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t *buf,

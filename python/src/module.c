@@ -80,6 +80,18 @@ static PyObject *raise_invalid(const char *fmt, ...)
 
 static const char *const op_names[hcclNumOps] = {"sum", "prod", "max", "min", "avg"};
 
+int hccl_py_clear_value_error(void)
+{
+    if (!PyErr_Occurred())
+        return 0;
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&
+        !PyErr_ExceptionMatches(PyExc_OverflowError) &&
+        !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
 int hccl_py_parse_op(PyObject *obj, hcclRedOp_t *op_p)
 {
     if (PyLong_Check(obj)) {
@@ -103,7 +115,8 @@ int hccl_py_parse_op(PyObject *obj, hcclRedOp_t *op_p)
             return 0;
         }
     }
-    PyErr_Clear();
+    if (hccl_py_clear_value_error() < 0)
+        return -1;
     raise_invalid("op: expected one of \"sum\", \"prod\", \"max\", \"min\", \"avg\" (or "
                   "hccl.SUM ... hccl.AVG), got %R",
                   obj);
@@ -155,7 +168,6 @@ int hccl_py_parse_dtype(PyObject *obj, hcclDataType_t *dtype_p)
             *dtype_p = (hcclDataType_t)v;
             return 0;
         }
-        PyErr_Clear();
     } else if ((str = PyObject_Str(obj)) != NULL) {
         const char *s = PyUnicode_AsUTF8(str);
         ok = s && dtype_from_name(s, dtype_p);
@@ -163,7 +175,8 @@ int hccl_py_parse_dtype(PyObject *obj, hcclDataType_t *dtype_p)
         if (ok)
             return 0;
     }
-    PyErr_Clear();
+    if (hccl_py_clear_value_error() < 0)
+        return -1;
     raise_invalid("dtype: expected one of int8, uint8, int32, uint32, int64, uint64, float16, "
                   "bfloat16, float32, float64; got %R",
                   obj);
@@ -336,7 +349,8 @@ int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t
         PyObject *tensor = torch_tensor_type();
         int is_tensor = tensor ? PyObject_IsInstance(obj, tensor) : 0;
         Py_XDECREF(tensor);
-        PyErr_Clear();
+        if (hccl_py_clear_value_error() < 0)
+            return -1;
         if (is_tensor > 0) {
             if (buf_from_tensor(obj, b, what) < 0)
                 return -1;

@@ -51,6 +51,19 @@ def test_errors_carry_code_and_message(comm):
         comm.all_to_allv(x, [9], [0], np.zeros(8, np.float32), [8], [0])
     with pytest.raises(TypeError):
         comm.all_reduce([1.0, 2.0])
+    with pytest.raises(hccl.InvalidArgumentError, match=r"sendcounts\[0\]: expected a non-negative"):
+        comm.all_to_allv(x, [-1], [0], np.zeros(8, np.float32), [8], [0])
+
+    # A value whose conversion fails for another reason than its value raises that, not a
+    # made-up InvalidArgumentError.
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("cannot print")
+
+    with pytest.raises(RuntimeError, match="cannot print"):
+        comm.all_reduce(x, dtype=Unprintable())
+    with pytest.raises(hccl.InvalidArgumentError, match="dtype: expected one of"):
+        comm.all_reduce(x, dtype=object())
     assert issubclass(hccl.TimeoutError, TimeoutError)
     assert hccl.error_string(5)
 
