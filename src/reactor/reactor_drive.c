@@ -109,7 +109,8 @@ static bool reactor_stop_polling(hccl_reactor_t *r)
 static bool reactor_spin(hccl_reactor_t *r)
 {
     int64_t idle_since = hccl_now_ns();
-    bool found;
+    uint64_t settled;
+    bool found, took_over;
 
     if (pthread_mutex_trylock(&r->prog_mtx) != 0)
         return false; /* a waiter drives: it clears the flags when it stops */
@@ -139,17 +140,23 @@ static bool reactor_spin(hccl_reactor_t *r)
             break;
         /* Not spinning while the lock is free: a waiter that takes it over owns the flags and
          * settles them when it stops (hccl_reactor_help_until), as when this thread sleeps. */
+        settled = r->flags_settled;
         r->thread_spinning = false;
         pthread_mutex_unlock(&r->prog_mtx);
         sched_yield();
-        if (pthread_mutex_trylock(&r->prog_mtx) != 0) {
-            /* A waiter took over: sleep until it is done rather than take turns with it, and
-             * leave the flags as it left them. Clearing them here made every peer ring the
-             * next call's messages, and each ring woke this thread into the same race. */
+        /* Someone took over: sleep until it is done rather than take turns with it. */
+        took_over = pthread_mutex_trylock(&r->prog_mtx) != 0;
+        if (took_over)
             pthread_mutex_lock(&r->prog_mtx);
+        /* A waiter that drove meanwhile settled the flags: its decision stands. Clearing
+         * them made every peer ring the next call's messages, and each ring woke this thread
+         * into the same race. Anyone else (a post, a test's look) leaves them to us. */
+        if (r->flags_settled != settled) {
             pthread_mutex_unlock(&r->prog_mtx);
             return false;
         }
+        if (took_over)
+            break;
         r->thread_spinning = true;
     }
     r->thread_spinning = false;
@@ -285,6 +292,7 @@ bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h)
     /* A spinning progress thread still polls and clears the flags itself when it stops. With
      * nothing left in flight, the flags stay set for the caller's next call (see orphan). */
     if (!r->thread_spinning) {
+        r->flags_settled++;
         if (atomic_load(&r->pending) == 0) {
             atomic_store(&r->orphan, true);
             /* A post that saw the flags set before they were orphaned did not ring. */

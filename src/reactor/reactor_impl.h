@@ -42,6 +42,8 @@ struct hccl_reactor {
     atomic_bool drivable;          /* every link can be polled: a waiter may drive */
     bool thread_spinning;          /* under prog_mtx: the progress thread is in its spin and
                                       clears the polling flags when it stops */
+    uint64_t flags_settled;        /* under prog_mtx: how many times a waiter that stopped
+                                      driving decided the flags (hccl_reactor_help_until) */
     /* A waiter that finished with nothing else in flight leaves the polling flags set, so that
      * peers do not ring for what only a next call can use; that call either drives itself or
      * posts, and a post rings while the flags are orphaned. */
