@@ -389,8 +389,9 @@ err_report : {
     hccl_error_put(why); /* the report's own failures are not the caller's error */
 }
 err_free:
-    /* A failure of the link set-up: every rank hears it, and reports the first one anywhere. */
-    if (bs.setup_fd >= 0)
+    /* A failure of the link set-up: every rank hears it, and reports the first one anywhere.
+     * A join has no such verdict (whatever its result left in bs). */
+    if (!join && bs.setup_fd >= 0)
         res = hccl_bootstrap_setup_done(&bs.setup_fd, rank, nranks, res,
                                         comm->env.setup_gone >= 0 ? comm->env.setup_gone : rank,
                                         deadline);

@@ -303,6 +303,7 @@ static hcclResult_t shrink_join(void *arg, const hccl_card_t *card, const char *
     hccl_shrink_t *sh = arg;
 
     memset(out, 0, sizeof(*out));
+    out->setup_fd = -1; /* the shrink has no set-up verdict of the rendezvous' kind */
     if (sh->size == 1) {
         out->cards = hccl_calloc(1, sizeof(*out->cards));
         if (!out->cards)
