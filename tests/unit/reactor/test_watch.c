@@ -94,7 +94,9 @@ static void test_watch_takes_over(void **state)
 
     (void)state;
     assert_int_equal(hccl_reactor_create(NULL, 0, &r), hcclSuccess);
-    hccl_reactor_set_spin(r, 50000);
+    /* A watch of 4 x 20 ms: armed, it ends after a period without quiet posts, so this test
+     * must see it armed within one; 4 x 50 us was missed once on a loaded machine (ASan). */
+    hccl_reactor_set_spin(r, 20000000);
     hccl_reactor_set_cores_shared(r, false);
     hccl_reactor_set_drivable(r, true);
     assert_int_equal(hccl_reactor_add_poller(r, &(hccl_poller_t){fake_poll, NULL, &l}),
