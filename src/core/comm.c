@@ -65,23 +65,17 @@ void hccl_comm_free(struct hcclComm *comm, bool graceful)
 
 void hccl_comm_count_request(struct hcclComm *comm)
 {
-    atomic_fetch_add(&comm->outstanding, 1);
+    pthread_mutex_lock(&comm->mtx);
+    comm->outstanding++;
+    pthread_mutex_unlock(&comm->mtx);
 }
 
-/*
- * Once the count is zero, a destroy may free comm: nothing of it is touched after the
- * decrement unless a waiter was seen before it, and then under the lock that the waiter needs
- * to see the count. A waiter that comes between the look and the decrement misses the signal;
- * it looks again within its 10 ms bound (comm_wait_idle).
- */
+/* Under the lock destroy needs to see the count: once it is zero, destroy may free comm, and
+ * nothing of it is touched after the unlock. */
 void hccl_comm_uncount_request(struct hcclComm *comm)
 {
-    if (!atomic_load(&comm->idle_waiters)) {
-        atomic_fetch_sub(&comm->outstanding, 1);
-        return;
-    }
     pthread_mutex_lock(&comm->mtx);
-    atomic_fetch_sub(&comm->outstanding, 1);
+    comm->outstanding--;
     pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->mtx);
 }
@@ -89,21 +83,21 @@ void hccl_comm_uncount_request(struct hcclComm *comm)
 static void comm_wait_idle(struct hcclComm *comm)
 {
     pthread_mutex_lock(&comm->mtx);
-    atomic_fetch_add(&comm->idle_waiters, 1);
-    while (atomic_load(&comm->outstanding) > 0) {
-        struct timespec ts;
+    while (comm->outstanding > 0) {
         if (hccl_reactor_is_external(comm->reactor)) {
             pthread_mutex_unlock(&comm->mtx);
             bool drove = hccl_reactor_drive(comm->reactor, 100);
             pthread_mutex_lock(&comm->mtx);
-            if (drove || atomic_load(&comm->outstanding) == 0)
-                continue;
+            if (!drove && comm->outstanding > 0) {
+                /* Another thread runs the caller's loop: its completions signal us. */
+                struct timespec ts;
+                hccl_abs_deadline(&ts, 10);
+                pthread_cond_timedwait(&comm->cond, &comm->mtx, &ts);
+            }
+        } else {
+            pthread_cond_wait(&comm->cond, &comm->mtx);
         }
-        /* Completions signal us; the bound covers one that looked before we came. */
-        hccl_abs_deadline(&ts, 10);
-        pthread_cond_timedwait(&comm->cond, &comm->mtx, &ts);
     }
-    atomic_fetch_sub(&comm->idle_waiters, 1);
     pthread_mutex_unlock(&comm->mtx);
 }
 

@@ -153,12 +153,10 @@ struct hcclComm {
     hcclResult_t shrink_failure_res;        /* the last failed shrink this rank led, and why */
     char shrink_failure[512];
     struct hccl_cause_state *cause_state; /* owned; reactor thread (comm_cause.c) */
-    /* Requests in flight, for destroy: counted without a lock (a call's every request is);
-     * destroy waits on cond, and idle_waiters tells the last one to finish to signal it. */
+    /* Requests in flight, for destroy (under mtx; the last one to finish signals cond). */
     pthread_mutex_t mtx;
     pthread_cond_t cond;
-    atomic_int outstanding;
-    atomic_int idle_waiters;
+    int outstanding;
 };
 
 /*
