@@ -81,7 +81,7 @@ static void test_auto(void **state)
     assert_int_not_equal(pick(&t, HCCL_COLL_REDUCESCATTER, LANE_MAX, hcclUint8), HCCL_ALGO_LANE);
     assert_int_equal(pick(&t, HCCL_COLL_BARRIER, 0, hcclUint8), HCCL_ALGO_LANE);
     assert_int_equal(pick(&t, HCCL_COLL_ALLTOALLV, 8, hcclUint8), HCCL_ALGO_PAIRWISE);
-    /* No lane (several hosts, HCCL_CHECK, HCCL_LANE_MAX=0): never the lane. */
+    /* No lane (several hosts, HCCL_LANE_MAX=0): never the lane. */
     t.lane = NULL;
     assert_int_not_equal(pick(&t, HCCL_COLL_ALLREDUCE, 2, hcclFloat32), HCCL_ALGO_LANE);
     assert_int_equal(pick(&t, HCCL_COLL_BARRIER, 0, hcclUint8), HCCL_ALGO_DISSEMINATION);
