@@ -195,15 +195,9 @@ static void *run_ptr(const hccl_run_t *run, hccl_bref_t b)
 static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res);
 static void run_drive(hccl_run_t *run);
 
-static void run_reduce(const hccl_run_t *run, const hccl_step_t *s, void *dst, const void *a,
-                       const void *b, size_t count)
+static void run_reduce(const hccl_run_t *run, void *dst, const void *a, const void *b, size_t count)
 {
-    const hccl_plan_t *p = run->plan;
-
-    if (run_stores(run, s))
-        hccl_reduce_store(dst, a, b, count, p->dtype, p->op);
-    else
-        hccl_reduce(dst, a, b, count, p->dtype, p->op);
+    hccl_reduce(dst, a, b, count, run->plan->dtype, run->plan->op);
 }
 
 /* A reduce step has no transfer: its xfer's unit records what its receive did with the data. */
@@ -232,7 +226,7 @@ static void run_consume(hccl_xfer_t *x, size_t off, const void *data, size_t len
         memcpy((char *)x->buf + off, data, len);
         return;
     }
-    run_reduce(run, r, (char *)run_ptr(run, r->dst) + off, (const char *)run_ptr(run, other) + off,
+    run_reduce(run, (char *)run_ptr(run, r->dst) + off, (const char *)run_ptr(run, other) + off,
                data, len / x->unit);
 }
 
@@ -257,9 +251,8 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
     x->arg = run;
     x->res = hcclInProgress;
     /* Not where the data is sent on (read again soon), nor where this rank only receives: its
-     * copies then run beside the sender's, and streamed they are slower. Reduces and copies
-     * stream even where their result is sent on: keeping those plain gains nothing
-     * (docs/performance.md). */
+     * copies then run beside the sender's, and streamed they are slower. Copies stream even
+     * where their result is sent on: keeping those plain gains nothing (docs/performance.md). */
     x->store = !is_send && run->store && !(s->flags & HCCL_STEP_FORWARDED) && run->plan->nsends > 0;
     if (!is_send) {
         uint32_t rid = hccl_exec_fusable_reduce(run, s, c);
@@ -318,7 +311,7 @@ static void run_issue(hccl_run_t *run, uint32_t id)
         if (run->xfers[id].unit == FUSE_REDUCED)
             run->ex->nfused++; /* its receive reduced the payload as it came */
         else
-            run_reduce(run, s, dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz);
+            run_reduce(run, dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz);
         if (step_divides(p, s))
             hccl_reduce_div(dst, s->bytes / esz, p->dtype, p->nranks);
         break;
@@ -384,7 +377,10 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
     run->seq = seq;
     run->sig = sig;
     footprint = hccl_exec_footprint(plan, sendbuf, recvbuf);
-    run->store = ex->store_min && footprint > ex->store_min;
+    /* Only plans that move data stream: in a plan that reduces, streamed stores measured
+     * slower at every size and rank count, and far slower where the buffers' page offsets
+     * differ from the scratch's, as a framework's tensors' do (docs/performance.md). */
+    run->store = ex->store_min && footprint > ex->store_min && plan->nreduces == 0;
     run->read_direct = hccl_exec_reads_direct(ex, plan, footprint);
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;

@@ -27,10 +27,6 @@ struct hccl_conn;
  */
 void hccl_reduce(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
                  hcclRedOp_t op);
-/* hccl_reduce (the same bits; see reduce_store.c for NaN payloads) with the results stored past
- * the cache, as hccl_store_copy does: for results larger than the last-level cache. */
-void hccl_reduce_store(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
-                       hcclRedOp_t op);
 /* buf[i] /= n: the last step of hcclAvg (integers truncate). */
 void hccl_reduce_div(void *buf, size_t count, hcclDataType_t dt, int n);
 float hccl_half_to_float(uint16_t h);
@@ -215,13 +211,13 @@ void hccl_exec_set_step_hook(hccl_exec_t *ex, hccl_exec_step_hook_t hook, void *
  */
 void hccl_exec_set_recv_reduce(hccl_exec_t *ex, bool on);
 /*
- * Runs whose buffers (send, receive, scratch; the send buffer not counted in place) exceed
- * bytes write their results with stores that bypass the cache (hccl_store_copy,
- * hccl_reduce_store): what no longer fits in the cache is not read before it is overwritten.
- * So do their reduces and copies (not the last of hcclAvg, which divides the result in place
- * next) and the receives the link copies out of its wire itself (xfer.store), except those a
- * send of the plan reads again (HCCL_STEP_FORWARDED) and those of a plan without sends. 0 (the
- * default): never.
+ * Runs of plans that only move data (no reduce) whose buffers (send, receive, scratch; the
+ * send buffer not counted in place) exceed bytes write their results with stores that bypass
+ * the cache (hccl_store_copy): what no longer fits in the cache is not read before it is
+ * overwritten. So do their copies and the receives the link copies out of its wire itself
+ * (xfer.store), except those a send of the plan reads again (HCCL_STEP_FORWARDED) and those of
+ * a plan without sends. Plans that reduce store as usual: there streaming measured slower.
+ * 0 (the default): never.
  */
 void hccl_exec_set_store_min(hccl_exec_t *ex, size_t bytes);
 /* How many receives were reduced that way so far (tests, diagnostics). */

@@ -62,6 +62,7 @@ hcclResult_t sim_run_plans(int n, hccl_plan_t **plans, void **sendbufs, void **r
             out->bytes_sent[i] = hccl_sim_bytes_sent(w, i);
             out->bytes_stored[i] = hccl_sim_bytes_stored(w, i);
             out->bytes_read_direct[i] = hccl_sim_bytes_read_direct(w, i);
+            out->nreduces[i] = plans[i]->nreduces;
         }
         if (res == hcclSuccess && (!st[i].done || st[i].res != hcclSuccess))
             res = st[i].done ? st[i].res : hcclInProgress;

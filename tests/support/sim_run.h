@@ -12,6 +12,7 @@ typedef struct {
     uint64_t bytes_sent[64];
     uint64_t bytes_stored[64]; /* hccl_sim_bytes_stored */
     uint64_t bytes_read_direct[64]; /* hccl_sim_bytes_read_direct */
+    uint32_t nreduces[64];          /* reduce steps of each rank's plan */
 } sim_result_t;
 
 /*

@@ -158,8 +158,9 @@ static void test_ring_large(void **state)
     check_allreduce(HCCL_ALGO_RING, 8, (1u << 20), hcclInt32, hcclSum, true);
 }
 
-/* Results stored past the cache (every run of a plan, in every executor): the same bits as
- * stored as usual, for the reductions that stream (fp32, fp64 sum and avg) and the others. */
+/* Over store_min, a plan that reduces still stores as usual (streaming measured slower there):
+ * none of its receives streams (a rank whose plan only sends its block and receives the result,
+ * as a folded rank of recdbl, may), and the results are the same bits as under it. */
 static void check_store_same(hccl_algo_t algo, int n, size_t count, hcclDataType_t dt, hcclRedOp_t op,
                              bool in_place)
 {
@@ -177,7 +178,14 @@ static void check_store_same(hccl_algo_t algo, int n, size_t count, hcclDataType
         }
         sim_run_set_store_min(pass == 0 ? 0 : 1);
         assert_int_equal(sim_run_allreduce(algo, n, &shape, send, recv, &out), hcclSuccess);
+        int reducing = 0;
+        for (int r = 0; r < n; r++)
+            reducing += out.nreduces[r] > 0;
+        assert_true(reducing > 0);
         for (int r = 0; r < n; r++) {
+            if (out.nreduces[r] > 0 && out.bytes_stored[r] != 0)
+                fail_msg("%s n=%d count=%zu: rank %d streamed %llu bytes in a plan that reduces",
+                         hccl_algo_name(algo), n, count, r, (unsigned long long)out.bytes_stored[r]);
             if (pass == 0) {
                 want[r] = recv[r];
             } else {
@@ -195,7 +203,7 @@ static void check_store_same(hccl_algo_t algo, int n, size_t count, hcclDataType
     sim_run_set_store_min(0);
 }
 
-static void test_store_past_cache(void **state)
+static void test_reduce_plans_store_plainly(void **state)
 {
     static const hccl_algo_t algos[] = {HCCL_ALGO_RING, HCCL_ALGO_RECDBL, HCCL_ALGO_RABENSEIFNER,
                                         HCCL_ALGO_TREE};
@@ -211,7 +219,7 @@ static void test_store_past_cache(void **state)
                     size_t count = 20011 + (size_t)k;
                     check_store_same(algos[a], ns[k], count, dts[d], ops[o], (d + o) % 2 == 0);
                 }
-    /* And against the reference, at a size where streamed bodies, heads and tails all occur. */
+    /* And against the reference. */
     sim_run_set_store_min(1);
     check_allreduce(HCCL_ALGO_RING, 3, 100003, hcclFloat32, hcclSum, false);
     check_allreduce(HCCL_ALGO_RECDBL, 4, 100003, hcclFloat64, hcclAvg, true);
@@ -250,9 +258,9 @@ static void assert_each(const uint64_t *counts, int n, uint64_t want)
 
 /*
  * Which receives stream: those whose bytes are final (AllGather at 2 ranks, the last step of its
- * ring at 3, the all-gather half of a 2-rank ring AllReduce), not those sent on (the first step
- * at 3 ranks), not where a rank only receives (Broadcast), not under the threshold, where the
- * send buffer in place is counted once.
+ * ring at 3), not in a plan that reduces (not even the all-gather half of a 2-rank ring
+ * AllReduce), not those sent on (the first step at 3 ranks), not where a rank only receives
+ * (Broadcast), not under the threshold, where the send buffer in place is counted once.
  */
 static void test_store_which_receives(void **state)
 {
@@ -268,7 +276,7 @@ static void test_store_which_receives(void **state)
     run_stored(HCCL_ALGO_RING, 3, ag, 3 * c, false, 1, &out);
     assert_each(out.bytes_stored, 3, c * esz); /* of the two blocks received, the last */
     run_stored(HCCL_ALGO_RING, 2, ar, 2 * c, false, 1, &out);
-    assert_each(out.bytes_stored, 2, c * esz); /* the other rank's half, reduced there */
+    assert_each(out.bytes_stored, 2, 0); /* none: the plan reduces */
     run_stored(HCCL_ALGO_TREE, 2, bc, c, false, 1, &out);
     assert_int_equal(out.bytes_stored[0] + out.bytes_stored[1], 0);
     /* Over the threshold only with the send buffer counted: out of place, not in place. */
@@ -330,7 +338,7 @@ int main(void)
         cmocka_unit_test(test_recdbl),
         cmocka_unit_test(test_recdbl_bytes),
         cmocka_unit_test(test_ring_large),
-        cmocka_unit_test_teardown(test_store_past_cache, reset_store_min),
+        cmocka_unit_test_teardown(test_reduce_plans_store_plainly, reset_store_min),
         cmocka_unit_test_teardown(test_store_which_receives, reset_store_min),
         cmocka_unit_test_teardown(test_read_direct_which_receives, reset_store_min),
     };
