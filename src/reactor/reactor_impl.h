@@ -44,9 +44,9 @@ struct hccl_reactor {
                                       clears the polling flags when it stops */
     uint64_t flags_settled;        /* under prog_mtx: how many times a waiter that stopped
                                       driving decided the flags (hccl_reactor_help_until) */
-    /* A waiter that finished with nothing else in flight leaves the polling flags set, so that
-     * peers do not ring for what only a next call can use; that call either drives itself or
-     * posts, and a post rings while the flags are orphaned. */
+    /* A waiter that finished with nothing else in flight (or with the watch armed) leaves the
+     * polling flags set, so that peers do not ring for what only a next call can use; that
+     * call either drives itself or posts, and a post rings while the flags are orphaned. */
     atomic_bool orphan;            /* flags set, nobody polling */
     /* The watch: while it is armed, a post under orphaned flags leaves them set, so that an
      * Async call followed by its wait costs no doorbell on the peers and no wake-up here. The
