@@ -256,7 +256,7 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
     x->store = !is_send && run->store && !(s->flags & HCCL_STEP_FORWARDED) && run->plan->nsends > 0;
     if (!is_send) {
         uint32_t rid = hccl_exec_fusable_reduce(run, s, c);
-        x->read_direct = run->read_direct && rid == UINT32_MAX && !(s->flags & HCCL_STEP_FORWARDED);
+        x->read_direct = run->read_direct && !(s->flags & HCCL_STEP_FORWARDED);
         if (rid != UINT32_MAX) {
             x->consume = run_consume;
             x->unit = hccl_dtype_size(run->plan->dtype);
@@ -381,7 +381,7 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
      * slower at every size and rank count, and far slower where the buffers' page offsets
      * differ from the scratch's, as a framework's tensors' do (docs/performance.md). */
     run->store = ex->store_min && footprint > ex->store_min && plan->nreduces == 0;
-    run->read_direct = hccl_exec_reads_direct(ex, plan, footprint);
+    run->read_direct = hccl_exec_reads_direct(plan, sendbuf, recvbuf);
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;
     run->base[HCCL_SLOT_SCRATCH] = run->uses_big ? ex->big : run->scratch;

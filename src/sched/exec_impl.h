@@ -58,7 +58,7 @@ struct hccl_run {
     uint32_t posted;    /* transfers handed to links and not yet back */
     bool driving;
     bool store;       /* results stored past the cache (hccl_exec_set_store_min) */
-    bool read_direct; /* copying receives read single-copy (hccl_exec_reads_direct) */
+    bool read_direct; /* receives read single-copy (hccl_exec_reads_direct) */
     bool failed;
     bool finishing;
     hcclResult_t res;
@@ -80,16 +80,9 @@ uint32_t hccl_exec_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s,
                                   const hccl_conn_t *c);
 /* The bytes a run touches: in place the send buffer is part of the receive buffer. */
 size_t hccl_exec_footprint(const hccl_plan_t *p, const void *sendbuf, const void *recvbuf);
-/*
- * Whether a run's receives that only copy read offered messages single-copy rather than pull
- * them through the wire: where the plan only moves data and this rank sends as it receives,
- * over buffers of at least half its share of the cache (store_min). A pull is two copies,
- * one on each CPU, and in an exchange both CPUs are busy with the other direction; once the
- * buffers leave the cache, the single read costs less, and below that line pulling is the
- * faster (docs/performance.md). Not where the received data is reduced (there the read loses)
- * or sent on.
- */
-bool hccl_exec_reads_direct(const hccl_exec_t *ex, const hccl_plan_t *plan, size_t footprint);
+/* Whether a run's receives (but those sent on) read offered messages single-copy instead of
+ * the link's timed choice: where this rank sends as it receives (exec_policy.c). */
+bool hccl_exec_reads_direct(const hccl_plan_t *plan, const void *sendbuf, const void *recvbuf);
 
 static inline bool bref_eq(hccl_bref_t a, hccl_bref_t b)
 {

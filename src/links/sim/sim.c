@@ -70,6 +70,8 @@ static void sim_match(hccl_sim_world_t *w, hccl_xfer_t *s, hccl_xfer_t *r, int f
         /* In pieces, as a real link hands them over: whole units, several per message. */
         size_t unit = hccl_xfer_unit(r);
         size_t piece = SIM_CONSUME_PIECE - SIM_CONSUME_PIECE % unit;
+        if (r->read_direct)
+            w->ranks[s->peer].bytes_read_direct += s->len;
         for (size_t off = 0; off < s->len; off += piece)
             r->consume(r, off, (const char *)s->buf + off,
                        s->len - off < piece ? s->len - off : piece);

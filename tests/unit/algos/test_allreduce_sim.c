@@ -289,10 +289,10 @@ static void test_store_which_receives(void **state)
 }
 
 /*
- * Which receives read offers single-copy (read_direct): in plans that only move data and where
- * the rank sends too (AllGather, AlltoAll), those whose bytes are final, from half the cache
- * share (store_min) up; not in an AllReduce (it reduces), nor where a rank only receives
- * (Broadcast), nor for blocks sent on (the first step of a 3-rank ring).
+ * Which receives read offers single-copy (read_direct): where the rank sends as it receives
+ * (AllGather, AlltoAll, AllReduce, its reducing receives included), out of place at any size,
+ * in place from 1 MiB, but not the blocks sent on (the first step of a 3-rank ring), nor where
+ * a rank only receives (Broadcast).
  */
 static void test_read_direct_which_receives(void **state)
 {
@@ -301,26 +301,25 @@ static void test_read_direct_which_receives(void **state)
     hccl_coll_shape_t a2a = {HCCL_COLL_ALLTOALL, c, hcclFloat32, hcclSum, 0, NULL};
     hccl_coll_shape_t ar = {HCCL_COLL_ALLREDUCE, 2 * c, hcclFloat32, hcclSum, 0, NULL};
     hccl_coll_shape_t bc = {HCCL_COLL_BROADCAST, c, hcclFloat32, hcclSum, 0, NULL};
-    size_t ag_footprint = 3 * c * esz; /* c elements sent, 2c received */
+    const size_t big = (1u << 20) / 2 / sizeof(float); /* a 1 MiB AllReduce's half */
+    hccl_coll_shape_t ar_mib = {HCCL_COLL_ALLREDUCE, 2 * big, hcclFloat32, hcclSum, 0, NULL};
     sim_result_t out;
 
     (void)state;
-    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 1, &out);
-    assert_each(out.bytes_read_direct, 2, c * esz);
-    run_stored(HCCL_ALGO_RING, 3, ag, 3 * c, false, 1, &out);
-    assert_each(out.bytes_read_direct, 3, c * esz); /* the last of two blocks */
-    run_stored(HCCL_ALGO_PAIRWISE, 2, a2a, 2 * c, false, 1, &out);
-    assert_each(out.bytes_read_direct, 2, c * esz);
-    run_stored(HCCL_ALGO_RING, 2, ar, 2 * c, false, 1, &out);
-    assert_each(out.bytes_read_direct, 2, 0);
-    run_stored(HCCL_ALGO_TREE, 2, bc, c, false, 1, &out);
-    assert_each(out.bytes_read_direct, 2, 0);
-    /* From half the threshold up: at it, and a byte under it. */
-    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 2 * ag_footprint, &out);
-    assert_int_equal(out.bytes_read_direct[0], c * esz);
-    run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 2 * ag_footprint + 2, &out);
-    assert_each(out.bytes_read_direct, 2, 0);
     run_stored(HCCL_ALGO_RING, 2, ag, 2 * c, false, 0, &out);
+    assert_each(out.bytes_read_direct, 2, c * esz);
+    run_stored(HCCL_ALGO_RING, 3, ag, 3 * c, false, 0, &out);
+    assert_each(out.bytes_read_direct, 3, c * esz); /* the last of two blocks */
+    run_stored(HCCL_ALGO_PAIRWISE, 2, a2a, 2 * c, false, 0, &out);
+    assert_each(out.bytes_read_direct, 2, c * esz);
+    run_stored(HCCL_ALGO_RING, 2, ar, 2 * c, false, 0, &out);
+    assert_each(out.bytes_read_direct, 2, 2 * c * esz); /* the half reduced, then the other */
+    /* In place, below 1 MiB: the link's timed choice. */
+    run_stored(HCCL_ALGO_RING, 2, ar, 2 * c, true, 0, &out);
+    assert_each(out.bytes_read_direct, 2, 0);
+    run_stored(HCCL_ALGO_RING, 2, ar_mib, 2 * big, true, 0, &out);
+    assert_each(out.bytes_read_direct, 2, 2 * big * esz);
+    run_stored(HCCL_ALGO_TREE, 2, bc, c, false, 0, &out);
     assert_each(out.bytes_read_direct, 2, 0);
 }
 
