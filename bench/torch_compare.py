@@ -55,7 +55,7 @@ def rank_main(args):
 
     for size in args.sizes:
         x = torch.ones(max(1, size // 4))
-        iters = max(3, min(200, int(2e8 // max(size, 1) // 50)))
+        iters = max(10, min(200, int(2e8 // max(size, 1) // 50)))
         for rep in range(args.reps):
             for name in ("hostccl", "gloo") if rep % 2 == 0 else ("gloo", "hostccl"):
                 g = groups[name]
