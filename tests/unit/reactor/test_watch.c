@@ -1,7 +1,8 @@
 /*
  * The reactor's watch (reactor_impl.h): a post that finds the polling flags left set by a
- * waiter leaves them set while the progress thread watches, and the progress thread still
- * finishes what the post started when its caller never comes back to wait or test.
+ * waiter leaves them set while the progress thread watches, so does a waiter that stops with
+ * calls still in flight, and the progress thread still finishes what they started when their
+ * caller never comes back to wait or test.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -85,31 +86,42 @@ static bool enter_armed(hccl_reactor_t *r)
     }
 }
 
-static void test_watch_takes_over(void **state)
+/*
+ * Starts a reactor polling l, and has its progress thread arm the watch: a waiter that
+ * finished with nothing in flight leaves the flags set; the next post clears them (nobody
+ * watches yet) and has the progress thread arm its watch. Returns holding the reactor's work
+ * with the watch armed (enter_armed).
+ */
+static hccl_reactor_t *start_watched(fake_link_t *l, hccl_post_t *first)
 {
     hccl_reactor_t *r = NULL;
+
+    assert_int_equal(hccl_reactor_create(NULL, 0, &r), hcclSuccess);
+    /* A watch of 4 x 20 ms: armed, it ends after a period without quiet posts, so a test
+     * must see it armed within one; 4 x 50 us was missed once on a loaded machine (ASan). */
+    hccl_reactor_set_spin(r, 20000000);
+    hccl_reactor_set_cores_shared(r, false);
+    hccl_reactor_set_drivable(r, true);
+    assert_int_equal(hccl_reactor_add_poller(r, &(hccl_poller_t){fake_poll, NULL, l}),
+                     hcclSuccess);
+    assert_int_equal(hccl_reactor_start(r), hcclSuccess);
+    assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
+    assert_true(atomic_load(&r->orphan));
+    hccl_reactor_post_and_start(r, first);
+    assert_false(atomic_load(&r->orphan));
+    assert_true(enter_armed(r));
+    return r;
+}
+
+static void test_watch_takes_over(void **state)
+{
+    hccl_reactor_t *r;
     fake_link_t l = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
     hccl_post_t first = {.fn = count_run}, second = {.fn = count_run};
     struct hcclRequest *req = NULL;
 
     (void)state;
-    assert_int_equal(hccl_reactor_create(NULL, 0, &r), hcclSuccess);
-    /* A watch of 4 x 20 ms: armed, it ends after a period without quiet posts, so this test
-     * must see it armed within one; 4 x 50 us was missed once on a loaded machine (ASan). */
-    hccl_reactor_set_spin(r, 20000000);
-    hccl_reactor_set_cores_shared(r, false);
-    hccl_reactor_set_drivable(r, true);
-    assert_int_equal(hccl_reactor_add_poller(r, &(hccl_poller_t){fake_poll, NULL, &l}),
-                     hcclSuccess);
-    assert_int_equal(hccl_reactor_start(r), hcclSuccess);
-
-    /* A waiter that finished with nothing in flight leaves the flags set; the next post
-     * clears them (nobody watches yet) and has the progress thread arm its watch. */
-    assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
-    assert_true(atomic_load(&r->orphan));
-    hccl_reactor_post_and_start(r, &first);
-    assert_false(atomic_load(&r->orphan));
-    assert_true(enter_armed(r));
+    r = start_watched(&l, &first);
 
     /* Again, now watched (the work is ours, recursively, so the watch cannot fire meanwhile):
      * the post leaves the flags set, so a peer would not ring. */
@@ -121,6 +133,35 @@ static void test_watch_takes_over(void **state)
     hccl_reactor_leave(r);
 
     /* Its input arrives while the caller computes: the progress thread takes it. */
+    atomic_store(&l.arrived, 1);
+    assert_true(wait_taken(&l));
+    assert_false(pthread_equal(l.taken_on, pthread_self()));
+
+    hccl_request_complete(req, hcclSuccess, NULL);
+    hccl_request_release(req);
+    hccl_reactor_destroy(r);
+}
+
+/*
+ * Several calls in flight, the first waited for: the waiter stops with the others still in
+ * flight and, the watch armed, leaves the flags set (their wait usually comes next); when it
+ * does not come, the progress thread still takes the input that arrives for them.
+ */
+static void test_watch_after_wait_with_calls_in_flight(void **state)
+{
+    hccl_reactor_t *r;
+    fake_link_t l = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    hccl_post_t first = {.fn = count_run};
+    struct hcclRequest *req = NULL;
+
+    (void)state;
+    r = start_watched(&l, &first);
+    assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess); /* still in flight */
+    assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
+    assert_true(atomic_load(&r->orphan));
+    assert_true(atomic_load(&r->polling));
+    hccl_reactor_leave(r);
+
     atomic_store(&l.arrived, 1);
     assert_true(wait_taken(&l));
     assert_false(pthread_equal(l.taken_on, pthread_self()));
@@ -152,6 +193,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_watch_takes_over),
+        cmocka_unit_test(test_watch_after_wait_with_calls_in_flight),
         cmocka_unit_test(test_watch_idle_without_async),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
