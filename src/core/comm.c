@@ -89,7 +89,8 @@ static void comm_wait_idle(struct hcclComm *comm)
             bool drove = hccl_reactor_drive(comm->reactor, 100);
             pthread_mutex_lock(&comm->mtx);
             if (!drove && comm->outstanding > 0) {
-                /* Another thread runs the caller's loop: its completions signal us. */
+                /* Another thread runs the caller's loop: its completions signal us; the bound
+                 * has us drive the loop ourselves once that thread leaves it. */
                 struct timespec ts;
                 hccl_abs_deadline(&ts, 10);
                 pthread_cond_timedwait(&comm->cond, &comm->mtx, &ts);

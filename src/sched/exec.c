@@ -378,8 +378,8 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
     run->sig = sig;
     footprint = hccl_exec_footprint(plan, sendbuf, recvbuf);
     /* Only plans that move data stream: in a plan that reduces, streamed stores measured
-     * slower at every size and rank count, and far slower where the buffers' page offsets
-     * differ from the scratch's, as a framework's tensors' do (docs/performance.md). */
+     * slower at most sizes and rank counts, and far slower on buffers that start 0x40 bytes
+     * into a page, as torch's tensors do (docs/performance.md). */
     run->store = ex->store_min && footprint > ex->store_min && plan->nreduces == 0;
     run->read_direct = hccl_exec_reads_direct(plan, sendbuf, recvbuf);
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;

@@ -54,17 +54,22 @@ uint32_t hccl_exec_fusable_reduce(const hccl_run_t *run, const hccl_step_t *s, c
     return UINT32_MAX;
 }
 
-/* The bytes a run touches: in place the send buffer is part of the receive buffer. */
-size_t hccl_exec_footprint(const hccl_plan_t *p, const void *sendbuf, const void *recvbuf)
+/* In place: the send buffer is part of the receive buffer (the API's in-place forms). */
+static bool exec_in_place(const hccl_plan_t *p, const void *sendbuf, const void *recvbuf)
 {
     uintptr_t s = (uintptr_t)sendbuf, r = (uintptr_t)recvbuf;
-    bool inside = recvbuf && s >= r && s + p->send_bytes <= r + p->recv_bytes;
 
-    return (inside ? 0 : p->send_bytes) + p->recv_bytes + p->scratch_bytes;
+    return recvbuf && s >= r && s + p->send_bytes <= r + p->recv_bytes;
 }
 
-/* In place, where sending and receiving share the buffer, reading single-copy lost below this
- * (see hccl_exec_reads_direct). */
+/* The bytes a run touches: in place the send buffer is counted once. */
+size_t hccl_exec_footprint(const hccl_plan_t *p, const void *sendbuf, const void *recvbuf)
+{
+    return (exec_in_place(p, sendbuf, recvbuf) ? 0 : p->send_bytes) + p->recv_bytes +
+           p->scratch_bytes;
+}
+
+/* In place, reading single-copy lost below this (see hccl_exec_reads_direct). */
 #define READ_DIRECT_IN_PLACE_MIN (1u << 20)
 
 /*
@@ -80,8 +85,6 @@ size_t hccl_exec_footprint(const hccl_plan_t *p, const void *sendbuf, const void
  */
 bool hccl_exec_reads_direct(const hccl_plan_t *plan, const void *sendbuf, const void *recvbuf)
 {
-    uintptr_t s = (uintptr_t)sendbuf, r = (uintptr_t)recvbuf;
-    bool overlap = recvbuf && s < r + plan->recv_bytes && r < s + plan->send_bytes;
-
-    return plan->nsends > 0 && (!overlap || plan->recv_bytes >= READ_DIRECT_IN_PLACE_MIN);
+    return plan->nsends > 0 && (!exec_in_place(plan, sendbuf, recvbuf) ||
+                                plan->recv_bytes >= READ_DIRECT_IN_PLACE_MIN);
 }
