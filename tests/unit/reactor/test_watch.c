@@ -113,6 +113,23 @@ static hccl_reactor_t *start_watched(fake_link_t *l, hccl_post_t *first)
     return r;
 }
 
+/*
+ * The flags left set (no peer would ring) and the work let go: the call's input arrives while
+ * its caller computes, and the progress thread takes it. Then the request ends, and r.
+ */
+static void finish_on_thread(hccl_reactor_t *r, fake_link_t *l, struct hcclRequest *req)
+{
+    assert_true(atomic_load(&r->orphan));
+    assert_true(atomic_load(&r->polling));
+    hccl_reactor_leave(r);
+    atomic_store(&l->arrived, 1);
+    assert_true(wait_taken(l));
+    assert_false(pthread_equal(l->taken_on, pthread_self()));
+    hccl_request_complete(req, hcclSuccess, NULL);
+    hccl_request_release(req);
+    hccl_reactor_destroy(r);
+}
+
 static void test_watch_takes_over(void **state)
 {
     hccl_reactor_t *r;
@@ -128,18 +145,7 @@ static void test_watch_takes_over(void **state)
     assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
     assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess); /* the call's request */
     hccl_reactor_post_and_start(r, &second);
-    assert_true(atomic_load(&r->orphan));
-    assert_true(atomic_load(&r->polling));
-    hccl_reactor_leave(r);
-
-    /* Its input arrives while the caller computes: the progress thread takes it. */
-    atomic_store(&l.arrived, 1);
-    assert_true(wait_taken(&l));
-    assert_false(pthread_equal(l.taken_on, pthread_self()));
-
-    hccl_request_complete(req, hcclSuccess, NULL);
-    hccl_request_release(req);
-    hccl_reactor_destroy(r);
+    finish_on_thread(r, &l, req);
 }
 
 /*
@@ -158,17 +164,7 @@ static void test_watch_after_wait_with_calls_in_flight(void **state)
     r = start_watched(&l, &first);
     assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess); /* still in flight */
     assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
-    assert_true(atomic_load(&r->orphan));
-    assert_true(atomic_load(&r->polling));
-    hccl_reactor_leave(r);
-
-    atomic_store(&l.arrived, 1);
-    assert_true(wait_taken(&l));
-    assert_false(pthread_equal(l.taken_on, pthread_self()));
-
-    hccl_request_complete(req, hcclSuccess, NULL);
-    hccl_request_release(req);
-    hccl_reactor_destroy(r);
+    finish_on_thread(r, &l, req);
 }
 
 /* With no Async calls, the watch is never armed: a waiter's calls cost the thread nothing. */
