@@ -27,11 +27,15 @@ passed() {
     [ "$rc" -eq 0 ] || fail "the launcher exited $rc"
 }
 
-# A port nothing listens on now, for rendezvous the test sets up itself.
+# A port nothing listens on now, for rendezvous the test sets up itself: below the kernel's
+# ephemeral range, since one inside it can be held by another test's client socket, which
+# refuses connections (so it looks free) but not binds.
 free_port() {
-    local p
+    local p low
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+    [ "$low" -gt 20100 ] || low=32768
     for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 40000))
+        p=$((20000 + RANDOM % (low - 20000)))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
             echo "$p"
             return
