@@ -83,7 +83,7 @@ overlap_training)
     has "weights bit-identical on all 2 ranks: yes$"
     ;;
 overlap_training_device)
-    launch 4 "$dir/overlap_training" --iters 2 --width 256 --compute device
+    launch 4 "$dir/overlap_training" --iters 2 --width 128 --layers 12 --compute device
     passed
     has "compute on the device$"
     has "^\[0\]:   \(a\) overlapped +[0-9.]+ ms/iter$"
