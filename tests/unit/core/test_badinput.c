@@ -9,8 +9,8 @@
  * communicator (c), a destroyed one (dead), a request already waited (stale) and buffers.
  *
  * Stale handles are recognised while the library still keeps them (the last
- * HCCL_QUARANTINE_SLOTS destroyed communicators and finished requests, poisoned); an older
- * one is a dangling pointer like any other.
+ * HCCL_QUARANTINE_SLOTS communicators and requests each thread destroyed or released,
+ * poisoned); an older one is a dangling pointer like any other.
  */
 #include <setjmp.h>
 #include <stdarg.h>
