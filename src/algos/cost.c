@@ -59,16 +59,17 @@ static double tree(const hccl_cost_t *c, double lg, double m, size_t chunk, doub
 /*
  * Messages and bytes of a pipeline of depth d over m bytes cut into chunks. Where ranks take
  * turns on shared CPUs, a rank's turn costs more than a hop, and calls made back to back
- * overlap down the chain: what sets the pace is one receive and one send per chunk, as in a
- * pipeline of depth 1, where a tree's root sends each chunk lg n times. Timed with ranks
- * sharing CPUs, Broadcast and Reduce by chain mostly beat the tree the depths chose
- * (docs/performance.md).
+ * overlap down the chain (depth_hidden): what sets the pace is one receive and one send per
+ * chunk, as in a pipeline of depth 1, where a tree's root sends each chunk lg n times. Timed
+ * with ranks sharing CPUs, Broadcast and Reduce by chain mostly beat the tree the depths
+ * chose (docs/performance.md).
  */
-static double pipeline(const hccl_cost_t *c, double depth, double m, size_t chunk, double per_byte)
+static double pipeline(const hccl_cost_t *c, double depth, bool depth_hidden, double m,
+                       size_t chunk, double per_byte)
 {
     double k = chunks(m, chunk);
 
-    if (c->cpus_shared)
+    if (depth_hidden)
         depth = 1;
     return (depth + k - 1) * (c->alpha_us + m / k * per_byte);
 }
@@ -108,7 +109,7 @@ double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t al
         if (algo == HCCL_ALGO_TREE)
             return tree(c, lg, m, chunk, b);
         if (algo == HCCL_ALGO_CHAIN)
-            return pipeline(c, nn - 1, m, chunk, b);
+            return pipeline(c, nn - 1, c->cpus_shared, m, chunk, b);
         /* At 2 ranks both of its phases only move the root's halves to the other rank, one
          * after the other: the tree's pipeline does the same in one stream, several times
          * faster (docs/performance.md). */
@@ -118,8 +119,11 @@ double hccl_cost_estimate(const hccl_cost_t *c, hccl_coll_t coll, hccl_algo_t al
     case HCCL_COLL_REDUCE:
         if (algo == HCCL_ALGO_TREE)
             return tree(c, lg, m, chunk, b + g);
+        /* Over shm with shared CPUs (where rings wait for turns too) a Reduce's chain did not
+         * hide its depth: at 8-256 B the tree took 0.63-0.85x its time at 4 and 8 ranks
+         * (bench/pick_sweep.sh); its many chunks still win from the lane's largest up. */
         if (algo == HCCL_ALGO_CHAIN)
-            return pipeline(c, nn - 1, m, chunk, b + g);
+            return pipeline(c, nn - 1, c->cpus_shared && !c->rings_wait_turns, m, chunk, b + g);
         break;
     case HCCL_COLL_ALLGATHER: /* m = one rank's block; the result is n blocks */
         if (algo == HCCL_ALGO_RING)

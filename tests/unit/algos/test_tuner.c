@@ -155,6 +155,29 @@ static void test_rings_wait_turns(void **state)
     assert_int_equal(hccl_tuner_pick_plan(&t, &shape, 8), HCCL_ALGO_RECHALV);
 }
 
+/* Over shm with shared CPUs a small Reduce goes by tree (the chain's depth shows there), a
+ * large one still by chain (its chunks pipeline); with the tcp model both go by chain. */
+static void test_reduce_chain_depth(void **state)
+{
+    hccl_tuner_t t;
+    hccl_coll_shape_t shape = {HCCL_COLL_REDUCE, 64, hcclFloat32, hcclSum, 0, NULL};
+
+    (void)state;
+    hccl_tuner_init(&t, NULL, 4u << 20);
+    hccl_tuner_set_model(&t, HCCL_COST_SHM, "2,2,28");
+    t.model.cpus_shared = true;
+    t.model.rings_wait_turns = true;
+    for (int n = 3; n <= 8; n++) {
+        shape.count = 64;
+        assert_int_equal(hccl_tuner_pick_plan(&t, &shape, n), HCCL_ALGO_TREE);
+        shape.count = 16u << 20;
+        assert_int_equal(hccl_tuner_pick_plan(&t, &shape, n), HCCL_ALGO_CHAIN);
+    }
+    t.model.rings_wait_turns = false;
+    shape.count = 64;
+    assert_int_equal(hccl_tuner_pick_plan(&t, &shape, 4), HCCL_ALGO_CHAIN);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -163,6 +186,7 @@ int main(void)
         cmocka_unit_test(test_forced_other),
         cmocka_unit_test(test_no_plan),
         cmocka_unit_test(test_rings_wait_turns),
+        cmocka_unit_test(test_reduce_chain_depth),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
