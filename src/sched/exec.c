@@ -195,9 +195,19 @@ static void *run_ptr(const hccl_run_t *run, hccl_bref_t b)
 static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res);
 static void run_drive(hccl_run_t *run);
 
+/* Streamed only where dst is neither operand: in place (torch's AllReduce) streamed reductions
+ * measured 1.1-1.6x slower, out of place at a Reduce root faster (docs/performance.md). */
 static void run_reduce(const hccl_run_t *run, void *dst, const void *a, const void *b, size_t count)
 {
-    hccl_reduce(dst, a, b, count, run->plan->dtype, run->plan->op);
+    size_t bytes = count * hccl_dtype_size(run->plan->dtype);
+    uintptr_t d = (uintptr_t)dst, x = (uintptr_t)a, y = (uintptr_t)b;
+
+    if (run->store_reduced && (x + bytes <= d || d + bytes <= x) &&
+        (y + bytes <= d || d + bytes <= y))
+        run->ex->bytes_reduced_stored +=
+            hccl_reduce_store(dst, a, b, count, run->plan->dtype, run->plan->op);
+    else
+        hccl_reduce(dst, a, b, count, run->plan->dtype, run->plan->op);
 }
 
 /* A reduce step has no transfer: its xfer's unit records what its receive did with the data. */
@@ -377,10 +387,13 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
     run->seq = seq;
     run->sig = sig;
     footprint = hccl_exec_footprint(plan, sendbuf, recvbuf);
-    /* Only plans that move data stream: in a plan that reduces, streamed stores measured
-     * slower at most sizes and rank counts, and far slower on buffers that start 0x40 bytes
-     * into a page, as torch's tensors do (docs/performance.md). */
+    /* A plan that reduces keeps its copies plain: streamed, they measured slower at most sizes
+     * and rank counts. Its reductions stream only at a rank that sends nothing (a Reduce root),
+     * whose results nothing reads again, unless hcclAvg reads them back to divide
+     * (docs/performance.md). */
     run->store = ex->store_min && footprint > ex->store_min && plan->nreduces == 0;
+    run->store_reduced = ex->store_min && footprint > ex->store_min && plan->nsends == 0 &&
+                         plan->op != hcclAvg;
     run->read_direct = hccl_exec_reads_direct(plan, sendbuf, recvbuf);
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;

@@ -27,6 +27,7 @@ struct hccl_exec {
     bool recv_reduce;                /* see hccl_exec_set_recv_reduce */
     size_t store_min;                /* see hccl_exec_set_store_min */
     uint64_t nfused;                 /* receives whose payload was reduced as it arrived */
+    uint64_t bytes_reduced_stored;   /* reduction results stored past the cache */
     hccl_exec_step_hook_t step_hook; /* NULL unless faults are injected */
     void *step_hook_arg;
 };
@@ -58,6 +59,7 @@ struct hccl_run {
     uint32_t posted;    /* transfers handed to links and not yet back */
     bool driving;
     bool store;       /* results stored past the cache (hccl_exec_set_store_min) */
+    bool store_reduced; /* so are its reductions' results, out of place (a Reduce root's) */
     bool read_direct; /* receives read single-copy (hccl_exec_reads_direct) */
     bool failed;
     bool finishing;

@@ -23,6 +23,11 @@ uint64_t hccl_exec_fused_recvs(const hccl_exec_t *ex)
     return ex->nfused;
 }
 
+uint64_t hccl_exec_bytes_reduced_stored(const hccl_exec_t *ex)
+{
+    return ex->bytes_reduced_stored;
+}
+
 static bool bref_overlap(hccl_bref_t a, hccl_bref_t b, size_t bytes)
 {
     return a.slot == b.slot && a.off < b.off + bytes && b.off < a.off + bytes;

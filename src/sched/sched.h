@@ -27,6 +27,11 @@ struct hccl_conn;
  */
 void hccl_reduce(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
                  hcclRedOp_t op);
+/* hccl_reduce (the same bits; see reduce_store.c for NaN payloads) with the results stored past
+ * the cache, as hccl_store_copy does, where the type and op have such a pass (fp32/fp64 sum and
+ * avg); returns the bytes so stored. */
+size_t hccl_reduce_store(void *dst, const void *a, const void *b, size_t count, hcclDataType_t dt,
+                         hcclRedOp_t op);
 /* buf[i] /= n: the last step of hcclAvg (integers truncate). */
 void hccl_reduce_div(void *buf, size_t count, hcclDataType_t dt, int n);
 float hccl_half_to_float(uint16_t h);
@@ -222,6 +227,8 @@ void hccl_exec_set_recv_reduce(hccl_exec_t *ex, bool on);
 void hccl_exec_set_store_min(hccl_exec_t *ex, size_t bytes);
 /* How many receives were reduced that way so far (tests, diagnostics). */
 uint64_t hccl_exec_fused_recvs(const hccl_exec_t *ex);
+/* Bytes of reduction results this executor stored past the cache (a Reduce root's). */
+uint64_t hccl_exec_bytes_reduced_stored(const hccl_exec_t *ex);
 /* Ends every run in flight with res/msg (their link operations are the caller's to cancel). */
 void hccl_exec_fail_all(hccl_exec_t *ex, hcclResult_t res, const char *msg);
 /* Number of runs in flight. */

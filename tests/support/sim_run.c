@@ -63,6 +63,7 @@ hcclResult_t sim_run_plans(int n, hccl_plan_t **plans, void **sendbufs, void **r
             out->bytes_stored[i] = hccl_sim_bytes_stored(w, i);
             out->bytes_read_direct[i] = hccl_sim_bytes_read_direct(w, i);
             out->nreduces[i] = plans[i]->nreduces;
+            out->bytes_reduced_stored[i] = ex[i] ? hccl_exec_bytes_reduced_stored(ex[i]) : 0;
         }
         if (res == hcclSuccess && (!st[i].done || st[i].res != hcclSuccess))
             res = st[i].done ? st[i].res : hcclInProgress;

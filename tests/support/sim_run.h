@@ -13,6 +13,7 @@ typedef struct {
     uint64_t bytes_stored[64]; /* hccl_sim_bytes_stored */
     uint64_t bytes_read_direct[64]; /* hccl_sim_bytes_read_direct */
     uint32_t nreduces[64];          /* reduce steps of each rank's plan */
+    uint64_t bytes_reduced_stored[64]; /* hccl_exec_bytes_reduced_stored */
 } sim_result_t;
 
 /*

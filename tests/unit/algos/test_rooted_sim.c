@@ -429,6 +429,83 @@ static void test_tuner_cpus_shared(void **state)
     }
 }
 
+/* One Reduce over the sim link with store_min (root's recvbuf in place if asked); the root's
+ * result is copied to *result (malloc'd). */
+static void run_reduce_stored(const gen_t *g, int n, int root, size_t count, hcclDataType_t dt,
+                              hcclRedOp_t op, bool in_place, size_t store_min, void **result,
+                              sim_result_t *out)
+{
+    size_t bytes = count * hccl_dtype_size(dt);
+    hccl_coll_shape_t shape = {HCCL_COLL_REDUCE, count, dt, op, root, NULL};
+    hccl_plan_t *plans[64] = {0};
+    void *send[64], *recv[64];
+
+    build_plans(g, n, &shape, 1u << 16, plans);
+    for (int r = 0; r < n; r++) {
+        send[r] = malloc(bytes);
+        assert_non_null(send[r]);
+        for (size_t i = 0; i < count; i++)
+            ref_store(send[r], i, dt, ref_input(dt, op, r, i, 17));
+        recv[r] = r == root && in_place ? send[r] : malloc(bytes);
+        assert_non_null(recv[r]);
+    }
+    sim_run_set_store_min(store_min);
+    assert_int_equal(sim_run_plans(n, plans, send, recv, out), hcclSuccess);
+    sim_run_set_store_min(0);
+    *result = malloc(bytes);
+    assert_non_null(*result);
+    memcpy(*result, recv[root], bytes);
+    for (int r = 0; r < n; r++) {
+        if (recv[r] != send[r])
+            free(recv[r]);
+        free(send[r]);
+    }
+    release_plans(n, plans);
+}
+
+/*
+ * Over store_min the root of a Reduce, which sends nothing, streams its reductions' results
+ * (out of place, fp32/fp64 sum), with the same bits; no other rank does, nor the root in place
+ * or for hcclAvg (whose division reads the result back).
+ */
+static void test_reduce_root_streams(void **state)
+{
+    static const gen_t *gens[] = {&tree_reduce, &chain_reduce};
+    static const int ns[] = {2, 3, 4, 8};
+    static const struct {
+        hcclDataType_t dt;
+        hcclRedOp_t op;
+        bool in_place, streams;
+    } cases[] = {{hcclFloat32, hcclSum, false, true},  {hcclFloat64, hcclSum, false, true},
+                 {hcclFloat32, hcclSum, true, false},  {hcclFloat32, hcclAvg, false, false},
+                 {hcclFloat32, hcclMax, false, false}, {hcclInt32, hcclSum, false, false}};
+    size_t count = 20011;
+
+    (void)state;
+    for (size_t g = 0; g < 2; g++)
+        for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++)
+            for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+                int n = ns[k], root = n / 2;
+                void *plain, *streamed;
+                sim_result_t out;
+                run_reduce_stored(gens[g], n, root, count, cases[c].dt, cases[c].op,
+                                  cases[c].in_place, 0, &plain, &out);
+                for (int r = 0; r < n; r++)
+                    assert_int_equal(out.bytes_reduced_stored[r], 0);
+                run_reduce_stored(gens[g], n, root, count, cases[c].dt, cases[c].op,
+                                  cases[c].in_place, 1, &streamed, &out);
+                for (int r = 0; r < n; r++)
+                    if ((out.bytes_reduced_stored[r] > 0) != (cases[c].streams && r == root))
+                        fail_msg("%s n=%d case %zu: rank %d stored %llu reduced bytes past the "
+                                 "cache", gens[g]->name, n, c, r,
+                                 (unsigned long long)out.bytes_reduced_stored[r]);
+                if (memcmp(plain, streamed, count * hccl_dtype_size(cases[c].dt)) != 0)
+                    fail_msg("%s n=%d case %zu: the streamed result differs", gens[g]->name, n, c);
+                free(plain);
+                free(streamed);
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -440,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_chunk_cap),
         cmocka_unit_test(test_count0_null_buffers),
         cmocka_unit_test(test_tuner_cpus_shared),
+        cmocka_unit_test(test_reduce_root_streams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
