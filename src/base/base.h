@@ -231,6 +231,8 @@ const char *hccl_socket_addr_str(const hccl_sockaddr_t *addr, char *buf, size_t 
 socklen_t hccl_socket_addr_len(const hccl_sockaddr_t *addr);
 /* A non-blocking, close-on-exec listening socket; addr's port is filled in. */
 hcclResult_t hccl_socket_listen(hccl_sockaddr_t *addr, int *fd_p);
+/* Whether the connected socket fd is connected to itself (its local address is its peer's). */
+bool hccl_socket_connected_to_itself(int fd);
 /* Blocking helpers with a deadline (hccl_now_ms() based); used only off the reactor. */
 hcclResult_t hccl_socket_connect_retry(const hccl_sockaddr_t *addr, int64_t deadline_ms,
                                        int *fd_p);

@@ -184,7 +184,29 @@ static bool watch_wait(int watch_fd, int ms, int64_t deadline_ms)
     return poll(&p, 1, ms) > 0;
 }
 
-/* Connects, retrying while nobody listens yet (the peer may start later), until deadline. */
+bool hccl_socket_connected_to_itself(int fd)
+{
+    hccl_sockaddr_t me, peer;
+    socklen_t ml = sizeof(me), pl = sizeof(peer);
+
+    if (getsockname(fd, &me.sa, &ml) != 0 || getpeername(fd, &peer.sa, &pl) != 0 ||
+        me.sa.sa_family != peer.sa.sa_family)
+        return false;
+    if (me.sa.sa_family == AF_INET)
+        return me.in4.sin_port == peer.in4.sin_port &&
+               me.in4.sin_addr.s_addr == peer.in4.sin_addr.s_addr;
+    if (me.sa.sa_family == AF_INET6)
+        return me.in6.sin6_port == peer.in6.sin6_port &&
+               memcmp(&me.in6.sin6_addr, &peer.in6.sin6_addr, sizeof(me.in6.sin6_addr)) == 0;
+    return false;
+}
+
+/*
+ * Connects, retrying while nobody listens yet (the peer may start later), until deadline.
+ * Where nobody listens on a port of the ephemeral range, one of the retries may get that very
+ * port for its own end, and TCP's simultaneous open connects the socket to itself: that is
+ * taken as refused, not as the peer.
+ */
 hcclResult_t hccl_socket_connect_watch(const hccl_sockaddr_t *addr, int64_t deadline_ms,
                                        int watch_fd, int *fd_p)
 {
@@ -203,9 +225,12 @@ hcclResult_t hccl_socket_connect_watch(const hccl_sockaddr_t *addr, int64_t dead
             (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline_ms) == 1 &&
              getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err == 0)) {
             int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-            *fd_p = fd;
-            return hcclSuccess;
+            if (!hccl_socket_connected_to_itself(fd)) {
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                *fd_p = fd;
+                return hcclSuccess;
+            }
+            err = ECONNREFUSED;
         }
         last_err = err ? err : errno;
         close(fd);
