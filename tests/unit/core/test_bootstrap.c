@@ -148,6 +148,26 @@ static int free_port(void)
     return port;
 }
 
+/*
+ * A TCP port on 127.0.0.1 that refuses connections until *fd_p is closed: bound, not
+ * listening. Held, it cannot become another test's listener meanwhile, nor the local end the
+ * kernel picks for one of our connect retries (which would connect the socket to itself).
+ */
+static int refusing_port(int *fd_p)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    *fd_p = fd;
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    return ntohs(a.sin_port);
+}
+
 /* True if text contains the decimal number n standing alone (not inside a longer number). */
 static bool has_number(const char *text, long n)
 {
@@ -530,7 +550,7 @@ static void test_nobody_listening(void **state)
     hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
     hcclComm_t comm = NULL;
     hcclResult_t res;
-    int port = free_port();
+    int held, port = refusing_port(&held);
     int64_t t0, elapsed;
     char want[32];
 
@@ -557,6 +577,7 @@ static void test_nobody_listening(void **state)
     snprintf(want, sizeof(want), "127.0.0.1:%d", port);
     assert_non_null(strstr(hcclGetLastError(NULL), want));
     assert_non_null(strstr(hcclGetLastError(NULL), "rank 0"));
+    close(held);
 }
 
 /*
@@ -571,7 +592,7 @@ static void test_nobody_listening_message(void **state)
     hcclConfig_t cfg = HCCL_CONFIG_INITIALIZER;
     hcclComm_t comm = NULL;
     const char *msg, *first;
-    int port = free_port();
+    int held, port = refusing_port(&held);
 
     (void)state;
     assert_true(port > 0);
@@ -592,6 +613,7 @@ static void test_nobody_listening_message(void **state)
     assert_non_null(first);
     assert_null(strstr(first + 1, "cannot reach the rendezvous"));
     assert_non_null(strstr(msg, "nobody answered"));
+    close(held);
 }
 
 /* ---- 6: hcclCommInitGroup ---- */
