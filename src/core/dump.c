@@ -184,15 +184,23 @@ static int put_lane(FILE *f, struct hcclComm *comm)
 }
 
 /*
- * Set while a destroy or abort waits for the SIGUSR1 report to let go of its communicator:
- * the report stops waiting for the progress lock, so that teardown proceeds at once.
+ * The communicator whose destroy or abort waits for the SIGUSR1 report to let go of it: the
+ * report stops waiting for its progress lock, so that teardown proceeds at once. Only its:
+ * a cancel that outlived its teardown by a moment must not cut short the wait for the next
+ * communicator's lock. dump_cancel_all is set while the dumper itself stops.
  */
-static atomic_bool dump_cancel;
+static _Atomic(const struct hcclComm *) dump_cancel_for;
+static atomic_bool dump_cancel_all;
+
+static bool dump_cancelled(const struct hcclComm *comm)
+{
+    return atomic_load(&dump_cancel_all) || atomic_load(&dump_cancel_for) == comm;
+}
 
 /* The progress lock, waited for in short slices so that a cancel is seen within one. */
 static bool dump_enter(struct hcclComm *comm)
 {
-    for (int waited = 0; waited < DUMP_LOCK_WAIT_MS && !atomic_load(&dump_cancel);
+    for (int waited = 0; waited < DUMP_LOCK_WAIT_MS && !dump_cancelled(comm);
          waited += DUMP_LOCK_SLICE_MS)
         if (hccl_reactor_enter_timed(comm->reactor, DUMP_LOCK_SLICE_MS))
             return true;
@@ -400,10 +408,10 @@ static void dumper_stop(void)
     if (sigaction(SIGUSR1, NULL, &cur) == 0 && cur.sa_handler == dump_on_sigusr1)
         sigaction(SIGUSR1, &old_usr1, NULL);
     atomic_store(&dump_stop, true);
-    atomic_store(&dump_cancel, true); /* a report waiting for a progress lock ends now */
+    atomic_store(&dump_cancel_all, true); /* a report waiting for a progress lock ends now */
     sem_post(&dump_sem);
     pthread_join(dumper, NULL);
-    atomic_store(&dump_cancel, false);
+    atomic_store(&dump_cancel_all, false);
     dumper_running = false;
 }
 
@@ -440,10 +448,10 @@ void hccl_dump_unregister(struct hcclComm *comm)
     pthread_mutex_lock(&reg_mtx);
     /* A report reading comm lets go within a lock slice (dump_enter) and a short walk. */
     while (dumping == comm) {
-        atomic_store(&dump_cancel, true);
+        atomic_store(&dump_cancel_for, comm);
         pthread_cond_wait(&dumped, &reg_mtx);
     }
-    atomic_store(&dump_cancel, false);
+    atomic_store(&dump_cancel_for, NULL);
     for (int i = 0; i < nreg && !found; i++) {
         if (reg[i] != comm)
             continue;
