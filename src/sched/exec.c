@@ -195,15 +195,28 @@ static void *run_ptr(const hccl_run_t *run, hccl_bref_t b)
 static void run_on_xfer_done(hccl_xfer_t *x, hcclResult_t res);
 static void run_drive(hccl_run_t *run);
 
-/* Streamed only where dst is neither operand: in place (torch's AllReduce) streamed reductions
- * measured 1.1-1.6x slower, out of place at a Reduce root faster (docs/performance.md). */
-static void run_reduce(const hccl_run_t *run, void *dst, const void *a, const void *b, size_t count)
+/* Whether n bytes at p and at q do not overlap (in place, SEND and RECV are one buffer: the
+ * memory is compared, not the slots). */
+static bool mem_apart(const void *p, const void *q, size_t n)
+{
+    uintptr_t x = (uintptr_t)p, y = (uintptr_t)q;
+
+    return x + n <= y || y + n <= x;
+}
+
+/*
+ * Reduce step s's elements into dst. Streamed only where run->store_reduced, where s writes a
+ * final result (HCCL_STEP_FINAL_DIV: no later step reads it) and dst is neither operand: an
+ * accumulation read back by the next step, or in place (torch's AllReduce), streamed
+ * reductions measured slower; out of place at a Reduce root faster (docs/performance.md).
+ */
+static void run_reduce(const hccl_run_t *run, const hccl_step_t *s, void *dst, const void *a,
+                       const void *b, size_t count)
 {
     size_t bytes = count * hccl_dtype_size(run->plan->dtype);
-    uintptr_t d = (uintptr_t)dst, x = (uintptr_t)a, y = (uintptr_t)b;
 
-    if (run->store_reduced && (x + bytes <= d || d + bytes <= x) &&
-        (y + bytes <= d || d + bytes <= y))
+    if (run->store_reduced && (s->flags & HCCL_STEP_FINAL_DIV) && mem_apart(dst, a, bytes) &&
+        mem_apart(dst, b, bytes))
         run->ex->bytes_reduced_stored +=
             hccl_reduce_store(dst, a, b, count, run->plan->dtype, run->plan->op);
     else
@@ -236,7 +249,7 @@ static void run_consume(hccl_xfer_t *x, size_t off, const void *data, size_t len
         memcpy((char *)x->buf + off, data, len);
         return;
     }
-    run_reduce(run, (char *)run_ptr(run, r->dst) + off, (const char *)run_ptr(run, other) + off,
+    run_reduce(run, r, (char *)run_ptr(run, r->dst) + off, (const char *)run_ptr(run, other) + off,
                data, len / x->unit);
 }
 
@@ -303,11 +316,8 @@ static void run_issue(hccl_run_t *run, uint32_t id)
     case HCCL_STEP_COPY: {
         void *dst = run_ptr(run, s->dst);
         const void *src = run_ptr(run, s->src);
-        /* In place, SEND and RECV are one buffer: compare the memory, not the slots. */
-        uintptr_t d = (uintptr_t)dst, from = (uintptr_t)src;
-        bool apart = from + s->bytes <= d || d + s->bytes <= from;
         if (dst != src && s->bytes) {
-            if (run_stores(run, s) && apart)
+            if (run_stores(run, s) && mem_apart(dst, src, s->bytes))
                 hccl_store_copy(dst, src, s->bytes);
             else
                 memmove(dst, src, s->bytes);
@@ -321,7 +331,7 @@ static void run_issue(hccl_run_t *run, uint32_t id)
         if (run->xfers[id].unit == FUSE_REDUCED)
             run->ex->nfused++; /* its receive reduced the payload as it came */
         else
-            run_reduce(run, dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz);
+            run_reduce(run, s, dst, run_ptr(run, s->src), run_ptr(run, s->src2), s->bytes / esz);
         if (step_divides(p, s))
             hccl_reduce_div(dst, s->bytes / esz, p->dtype, p->nranks);
         break;
@@ -388,12 +398,12 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
     run->sig = sig;
     footprint = hccl_exec_footprint(plan, sendbuf, recvbuf);
     /* A plan that reduces keeps its copies plain: streamed, they measured slower at most sizes
-     * and rank counts. Its reductions stream only at a rank that sends nothing (a Reduce root),
-     * whose results nothing reads again, unless hcclAvg reads them back to divide
-     * (docs/performance.md). */
+     * and rank counts. Its final reductions stream only at a rank that sends nothing (a Reduce
+     * root), whose results nothing reads again, unless hcclAvg reads them back to divide
+     * (run_reduce; docs/performance.md). */
     run->store = ex->store_min && footprint > ex->store_min && plan->nreduces == 0;
-    run->store_reduced = ex->store_min && footprint > ex->store_min && plan->nsends == 0 &&
-                         plan->op != hcclAvg;
+    run->store_reduced =
+        ex->store_min && footprint > ex->store_min && plan->nsends == 0 && plan->op != hcclAvg;
     run->read_direct = hccl_exec_reads_direct(plan, sendbuf, recvbuf);
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;

@@ -59,7 +59,7 @@ struct hccl_run {
     uint32_t posted;    /* transfers handed to links and not yet back */
     bool driving;
     bool store;       /* results stored past the cache (hccl_exec_set_store_min) */
-    bool store_reduced; /* so are its reductions' results, out of place (a Reduce root's) */
+    bool store_reduced; /* so are its final reductions' results (a Reduce root's: run_reduce) */
     bool read_direct; /* receives read single-copy (hccl_exec_reads_direct) */
     bool failed;
     bool finishing;
