@@ -131,23 +131,6 @@ static int count_shm_hccl(void)
     return n;
 }
 
-/* A TCP port on 127.0.0.1 that was free a moment ago (bound, then closed). */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port = -1;
-
-    if (fd < 0)
-        return -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 /*
  * A TCP port on 127.0.0.1 that refuses connections until *fd_p is closed: bound, not
  * listening. Held, it cannot become another test's listener meanwhile, nor the local end the
@@ -166,6 +149,16 @@ static int refusing_port(int *fd_p)
         getsockname(fd, (struct sockaddr *)&a, &len) != 0)
         return -1;
     return ntohs(a.sin_port);
+}
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (bound, then closed). */
+static int free_port(void)
+{
+    int fd, port = refusing_port(&fd);
+
+    if (fd >= 0)
+        close(fd);
+    return port;
 }
 
 /* True if text contains the decimal number n standing alone (not inside a longer number). */
