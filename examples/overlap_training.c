@@ -33,8 +33,9 @@
  * (measured first, the median of a few untimed steps) on the device's own clock,
  * and the CPU sleeps until each layer's gradient is due. As on an accelerator,
  * the device goes on to the next layer while the CPU posts the AllReduce, and
- * stalls only where a serial step waits for it. The numbers are still computed, untimed, before each step's
- * timeline starts, so the checks below hold in both modes.
+ * stalls only where a serial step waits for it. The numbers are still computed,
+ * untimed, before each step's timeline starts, so the checks below hold in both
+ * modes.
  *
  * Checks: the loss goes down, and at the end every rank's weights are
  * bit-identical (a hash of them AllGathered and compared). Exit 1 otherwise.
@@ -260,18 +261,18 @@ static void device_timeline(mlp_t *m, train_mode_t mode, hcclComm_t comm, hcclRe
  * the update. With ct (--compute device) the numbers are computed before that barrier and the
  * timeline waits instead; without, it computes.
  */
-static float train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *seed,
-                        const compute_times_t *ct, double *ms_p)
+static void train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *seed,
+                       const compute_times_t *ct, double *ms_p)
 {
     hcclRequest_t reqs[MAX_LAYERS];
     /* Compute alone keeps the cost of the update but not its effect (w - 0 * g == w), so that
      * the ranks' models stay identical while the modes take turns. */
-    float loss = 0, lr = mode == MODE_COMPUTE ? 0.0f : m->lr;
+    float lr = mode == MODE_COMPUTE ? 0.0f : m->lr;
     double t0;
 
     next_batch(m, seed);
     if (ct) {
-        loss = forward(m);
+        forward(m);
         backward(m, MODE_COMPUTE, comm, reqs, NULL);
     }
     CHECK(hcclBarrier(comm));
@@ -279,7 +280,7 @@ static float train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *
     if (ct) {
         device_timeline(m, mode, comm, reqs, ct);
     } else {
-        loss = forward(m);
+        forward(m);
         backward(m, mode, comm, reqs, NULL);
     }
     CHECK(hcclWaitAll(m->layers, reqs)); /* the optimizer needs every averaged gradient */
@@ -287,7 +288,6 @@ static float train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *
         for (size_t i = 0; i < (size_t)m->width * m->width; i++)
             m->w[l][i] -= lr * m->grad[l][i];
     *ms_p = now_ms() - t0;
-    return loss;
 }
 
 static int cmp_double(const void *a, const void *b)
