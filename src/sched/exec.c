@@ -213,14 +213,15 @@ static bool mem_apart(const void *p, const void *q, size_t n)
 static void run_reduce(const hccl_run_t *run, const hccl_step_t *s, void *dst, const void *a,
                        const void *b, size_t count)
 {
-    size_t bytes = count * hccl_dtype_size(run->plan->dtype);
-
-    if (run->store_reduced && (s->flags & HCCL_STEP_FINAL_DIV) && mem_apart(dst, a, bytes) &&
-        mem_apart(dst, b, bytes))
-        run->ex->bytes_reduced_stored +=
-            hccl_reduce_store(dst, a, b, count, run->plan->dtype, run->plan->op);
-    else
-        hccl_reduce(dst, a, b, count, run->plan->dtype, run->plan->op);
+    if (run->store_reduced && (s->flags & HCCL_STEP_FINAL_DIV)) {
+        size_t bytes = count * hccl_dtype_size(run->plan->dtype);
+        if (mem_apart(dst, a, bytes) && mem_apart(dst, b, bytes)) {
+            run->ex->bytes_reduced_stored +=
+                hccl_reduce_store(dst, a, b, count, run->plan->dtype, run->plan->op);
+            return;
+        }
+    }
+    hccl_reduce(dst, a, b, count, run->plan->dtype, run->plan->op);
 }
 
 /* A reduce step has no transfer: its xfer's unit records what its receive did with the data. */
