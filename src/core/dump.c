@@ -297,6 +297,10 @@ static struct sigaction old_usr1;
 /* The communicator the report reads now (under reg_mtx); its end is signalled on dumped. */
 static struct hcclComm *dumping;
 static pthread_cond_t dumped = PTHREAD_COND_INITIALIZER;
+/* The report's next index into reg (under reg_mtx). reg keeps registration order, and a
+ * removal before it moves it back: a communicator torn down while the lock is let go during a
+ * report makes the report skip no other. */
+static int dump_next;
 
 static void dump_on_sigusr1(int sig)
 {
@@ -329,14 +333,15 @@ static void *dumper_main(void *arg)
         HCCL_WARN("state dump on SIGUSR1: %d communicator%s", nreg, nreg == 1 ? "" : "s");
         /* reg_mtx is let go while a communicator is read, so that registering and tearing
          * down never wait for a report: a teardown of the one being read cancels its wait. */
-        for (int i = 0; i < nreg && !atomic_load(&dump_stop); i++) {
+        for (dump_next = 0; dump_next < nreg && !atomic_load(&dump_stop);) {
+            struct hcclComm *comm = reg[dump_next++];
             char *text = NULL;
             size_t len = 0;
             FILE *f = open_memstream(&text, &len);
-            int rank = reg[i]->rank;
+            int rank = comm->rank;
             if (!f)
                 continue;
-            dumping = reg[i];
+            dumping = comm;
             pthread_mutex_unlock(&reg_mtx);
             dump_comm(dumping, f);
             pthread_mutex_lock(&reg_mtx);
@@ -455,7 +460,10 @@ void hccl_dump_unregister(struct hcclComm *comm)
     for (int i = 0; i < nreg && !found; i++) {
         if (reg[i] != comm)
             continue;
-        reg[i] = reg[--nreg];
+        memmove(&reg[i], &reg[i + 1], (size_t)(nreg - i - 1) * sizeof(*reg));
+        nreg--;
+        if (i < dump_next)
+            dump_next--;
         nwant -= comm->params.dump_on_signal != 0;
         found = true;
     }

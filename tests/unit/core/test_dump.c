@@ -382,6 +382,80 @@ static void test_teardown_during_dump(void **state)
     unsetenv("HCCL_DUMP_ON_SIGNAL");
 }
 
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+
+    for (const char *at = text; (at = strstr(at, what)) != NULL; at += strlen(what))
+        n++;
+    return n;
+}
+
+/*
+ * A communicator torn down while the report waits on a later one makes the report skip no
+ * other: three pairs registered in turn, the report stuck on the second pair's rank 0 while
+ * one of the first pair's goes; the report still covers the five that live.
+ */
+static void test_teardown_skips_none(void **state)
+{
+    static float buf[COUNT], buf1[COUNT];
+    static char out[1 << 17];
+    gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+    hcclComm_t a[2] = {NULL, NULL}, b[2] = {NULL, NULL}, c[2] = {NULL, NULL};
+    hcclRequest_t req;
+    int p[2], saved_err;
+    size_t len = 0;
+
+    (void)state;
+    setenv("HCCL_DUMP_ON_SIGNAL", "1", 1);
+    assert_true(pair_create("shm", a));
+    assert_true(pair_create("shm", b));
+    assert_true(pair_create("shm", c));
+    assert_int_equal(hcclAllReduceAsync(buf, buf, COUNT, hcclFloat32, hcclSum, b[0], &req),
+                     hcclSuccess);
+    assert_int_equal(hcclRequestSetCallback(req, gate_cb, &g), hcclSuccess);
+    assert_int_equal(hcclAllReduce(buf1, buf1, COUNT, hcclFloat32, hcclSum, b[1]), hcclSuccess);
+    pthread_mutex_lock(&g.mtx);
+    while (!g.entered)
+        pthread_cond_wait(&g.cond, &g.mtx);
+    pthread_mutex_unlock(&g.mtx);
+
+    assert_int_equal(pipe(p), 0);
+    fflush(stderr);
+    saved_err = dup(2);
+    assert_true(saved_err >= 0);
+    assert_true(dup2(p[1], 2) == 2);
+    assert_int_equal(raise(SIGUSR1), 0);
+    /* The first pair is reported; then the report waits for b[0]'s lock. */
+    while (count_of(out, "hccl state: comm") < 2) {
+        struct pollfd pf = {.fd = p[0], .events = POLLIN};
+        assert_true(poll(&pf, 1, 20000) == 1);
+        len = read_available(p[0], out, len, sizeof(out));
+    }
+    assert_int_equal(hcclCommAbort(a[0]), hcclSuccess);
+    pthread_mutex_lock(&g.mtx);
+    g.release = true;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.mtx);
+    read_until_end(p[0], out + len, sizeof(out) - len);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    close(p[0]);
+    close(p[1]);
+    printf("%s", out);
+    /* Both of the first pair went out before a[0] went; then every other. */
+    assert_int_equal(count_of(out, "hccl state: comm"), 6);
+    assert_non_null(strstr(out, "state dump: end of report (5 communicators)"));
+    assert_int_equal(hcclWait(&req), hcclSuccess);
+    assert_int_equal(hcclCommAbort(a[1]), hcclSuccess);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(hcclCommAbort(b[r]), hcclSuccess);
+        assert_int_equal(hcclCommAbort(c[r]), hcclSuccess);
+    }
+    unsetenv("HCCL_DUMP_ON_SIGNAL");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -393,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_abort_wakes_wait_tcp),
         cmocka_unit_test(test_dump_on_signal),
         cmocka_unit_test(test_teardown_during_dump),
+        cmocka_unit_test(test_teardown_skips_none),
     };
 
     /* Calibration runs collectives at start: without it the first call is sequence 0. */
