@@ -33,11 +33,8 @@ void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult
     }
     hccl_request_complete(req, res, msg); /* req may be gone after this */
     if (comm->faults) {
-        /* Before the count drops: once it is zero, a destroy may free comm. */
-        pthread_mutex_lock(&comm->mtx);
-        bool idle = comm->outstanding == 1;
-        pthread_mutex_unlock(&comm->mtx);
-        if (idle)
+        /* Before the count drops: once it is zero, a destroy may go on. */
+        if (atomic_load(&comm->outstanding) == 1)
             hccl_fault_point(comm, HCCL_FAULT_AT_IDLE, seq);
     }
     hccl_comm_uncount_request(comm);

@@ -65,17 +65,21 @@ void hccl_comm_free(struct hcclComm *comm, bool graceful)
 
 void hccl_comm_count_request(struct hcclComm *comm)
 {
-    pthread_mutex_lock(&comm->mtx);
-    comm->outstanding++;
-    pthread_mutex_unlock(&comm->mtx);
+    atomic_fetch_add(&comm->outstanding, 1);
 }
 
-/* Under the lock destroy needs to see the count: once it is zero, destroy may free comm, and
- * nothing of it is touched after the unlock. */
+/*
+ * A request's last step, on the reactor's work (under its progress lock). Only a waiter for
+ * idle needs the lock and the signal: it counts itself in idle_waiters before it looks at the
+ * count, we look at idle_waiters after our decrement (both sequentially consistent), so one
+ * of us sees the other. What we touch of comm after the count is zero stays valid: destroy
+ * takes the progress lock (hccl_reactor_stop) before it frees anything.
+ */
 void hccl_comm_uncount_request(struct hcclComm *comm)
 {
+    if (atomic_fetch_sub(&comm->outstanding, 1) != 1 || atomic_load(&comm->idle_waiters) == 0)
+        return;
     pthread_mutex_lock(&comm->mtx);
-    comm->outstanding--;
     pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->mtx);
 }
@@ -83,12 +87,13 @@ void hccl_comm_uncount_request(struct hcclComm *comm)
 static void comm_wait_idle(struct hcclComm *comm)
 {
     pthread_mutex_lock(&comm->mtx);
-    while (comm->outstanding > 0) {
+    atomic_fetch_add(&comm->idle_waiters, 1);
+    while (atomic_load(&comm->outstanding) > 0) {
         if (hccl_reactor_is_external(comm->reactor)) {
             pthread_mutex_unlock(&comm->mtx);
             bool drove = hccl_reactor_drive(comm->reactor, 100);
             pthread_mutex_lock(&comm->mtx);
-            if (!drove && comm->outstanding > 0) {
+            if (!drove && atomic_load(&comm->outstanding) > 0) {
                 /* Another thread runs the caller's loop: its completions signal us; the bound
                  * has us drive the loop ourselves once that thread leaves it. */
                 struct timespec ts;
@@ -99,6 +104,7 @@ static void comm_wait_idle(struct hcclComm *comm)
             pthread_cond_wait(&comm->cond, &comm->mtx);
         }
     }
+    atomic_fetch_sub(&comm->idle_waiters, 1);
     pthread_mutex_unlock(&comm->mtx);
 }
 

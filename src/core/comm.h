@@ -153,10 +153,12 @@ struct hcclComm {
     hcclResult_t shrink_failure_res;        /* the last failed shrink this rank led, and why */
     char shrink_failure[512];
     struct hccl_cause_state *cause_state; /* owned; reactor thread (comm_cause.c) */
-    /* Requests in flight, for destroy (under mtx; the last one to finish signals cond). */
+    /* Requests in flight, for destroy: the last one to finish signals cond (under mtx) when
+     * idle_waiters says that a destroy or abort waits there. */
     pthread_mutex_t mtx;
     pthread_cond_t cond;
-    int outstanding;
+    atomic_int outstanding;
+    atomic_int idle_waiters;
 };
 
 /*

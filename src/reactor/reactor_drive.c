@@ -389,8 +389,16 @@ void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post)
         pthread_mutex_trylock(&r->prog_mtx) == 0) {
         quiet = atomic_load(&r->orphan) && atomic_load(&r->watch_armed);
         if (r->drivable && hccl_reactor_idle(r) && (!r->cores_shared || quiet)) {
-            hccl_reactor_post_push(r, post);
             hccl_tl_running = r;
+            if (!quiet && !atomic_load(&r->orphan) && !atomic_load(&r->post_head)) {
+                /* Nothing queued before it: it runs now, as the queue would run it. */
+                post->next = NULL;
+                post->fn(post);
+                hccl_tl_running = outer;
+                pthread_mutex_unlock(&r->prog_mtx);
+                return;
+            }
+            hccl_reactor_post_push(r, post);
             if (quiet) {
                 /* The watch takes over if nobody drives: the flags stay set, and peers did
                  * not ring while they were, so one look at the rings too. */

@@ -112,32 +112,34 @@ static hcclResult_t request_finish(hcclRequest_t *req_p)
 /*
  * The request is about to finish: watching it is cheaper than a futex sleep and wake-up.
  * Where the reactor allows it (every link pollable), this thread runs the reactor's work
- * itself instead of handing it to the progress thread and back. Yields, so that on a full
- * machine the thread we wait for gets to run.
+ * itself instead of handing it to the progress thread and back; that drive returns only once
+ * the request is done or nothing moved for longer than the spin, so no clock is read here
+ * unless another thread drives. Yields, so that on a full machine the thread we wait for
+ * gets to run.
  */
 static void request_spin(struct hcclRequest *req)
 {
     hccl_reactor_t *r = req->reactor;
-    int64_t spin_ns = hccl_reactor_spin_ns(r);
-    struct timespec t0, t;
+    int64_t spin_ns = hccl_reactor_spin_ns(r), since = 0;
 
     if (spin_ns <= 0)
         return;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (unsigned round = 0;; round++) {
         bool helped = hccl_reactor_help(r, &req->state, HCCL_REQ_DONE);
         if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) == HCCL_REQ_DONE)
             return; /* not a wake-up for the progress thread: nothing is left for it */
-        if (helped || (round & 15) == 15) {
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec) > spin_ns) {
-                /* About to sleep: make sure the progress thread is awake for what we posted. */
-                hccl_reactor_wake(r);
-                return;
-            }
+        if (!helped && (round & 15) == 15) {
+            int64_t now = hccl_now_ns();
+            if (since == 0)
+                since = now;
+            helped = now - since > spin_ns;
         }
-        if (!helped)
-            sched_yield();
+        if (helped) {
+            /* About to sleep: make sure the progress thread is awake for what we posted. */
+            hccl_reactor_wake(r);
+            return;
+        }
+        sched_yield();
     }
 }
 
