@@ -77,14 +77,24 @@ static bool reactor_poll_once(hccl_reactor_t *r)
     return reactor_run_pollers(r) || moved;
 }
 
+/* A post that nothing was queued before, run as the queue would run it (NULL: none). */
+static void reactor_run_one(hccl_post_t *post)
+{
+    if (post) {
+        post->next = NULL;
+        post->fn(post);
+    }
+}
+
 /*
  * One look that leaves the polling flags set for the waiter that set them (orphaned): posts
  * made during it need no ring, since it runs them; one left after it wakes the progress
  * thread. Under prog_mtx, with orphan set.
  */
-static void reactor_quiet_look(hccl_reactor_t *r)
+static void reactor_quiet_look(hccl_reactor_t *r, hccl_post_t *first)
 {
     atomic_store(&r->orphan, false);
+    reactor_run_one(first);
     reactor_poll_once(r);
     reactor_run_all_posts(r);
     atomic_store(&r->orphan, true);
@@ -116,7 +126,7 @@ static bool reactor_spin(hccl_reactor_t *r)
         return false; /* a waiter drives: it clears the flags when it stops */
     if (atomic_load(&r->watch_armed) && atomic_load(&r->orphan)) {
         /* Calls come and are waited for quietly: one look, and the flags stay as they are. */
-        reactor_quiet_look(r);
+        reactor_quiet_look(r, NULL);
         pthread_mutex_unlock(&r->prog_mtx);
         return false;
     }
@@ -344,7 +354,7 @@ void hccl_reactor_look(hccl_reactor_t *r)
         hccl_tl_running = r;
         r->drives++;
         if (atomic_load(&r->orphan))
-            reactor_quiet_look(r);
+            reactor_quiet_look(r, NULL);
         else
             reactor_poll_once(r);
         hccl_tl_running = outer;
@@ -389,27 +399,26 @@ void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post)
         pthread_mutex_trylock(&r->prog_mtx) == 0) {
         quiet = atomic_load(&r->orphan) && atomic_load(&r->watch_armed);
         if (r->drivable && hccl_reactor_idle(r) && (!r->cores_shared || quiet)) {
+            /* With nothing queued before it, it runs without the queue. */
+            hccl_post_t *now = atomic_load(&r->post_head) ? NULL : post;
+            if (!now)
+                hccl_reactor_post_push(r, post);
             hccl_tl_running = r;
-            if (!quiet && !atomic_load(&r->orphan) && !atomic_load(&r->post_head)) {
-                /* Nothing queued before it: it runs now, as the queue would run it. */
-                post->next = NULL;
-                post->fn(post);
-                hccl_tl_running = outer;
-                pthread_mutex_unlock(&r->prog_mtx);
-                return;
-            }
-            hccl_reactor_post_push(r, post);
             if (quiet) {
                 /* The watch takes over if nobody drives: the flags stay set, and peers did
                  * not ring while they were, so one look at the rings too. */
                 r->quiet_posts++;
-                reactor_quiet_look(r);
+                reactor_quiet_look(r, now);
             } else if (atomic_load(&r->orphan)) {
                 reactor_want_watch(r);
                 atomic_store(&r->orphan, false);
-                reactor_stop_polling(r);
+                reactor_set_polling(r, false); /* as reactor_stop_polling, the post first */
+                reactor_run_one(now);
+                reactor_poll_once(r);
             } else {
-                hccl_reactor_run_posts(r);
+                reactor_run_one(now);
+                if (!now)
+                    hccl_reactor_run_posts(r);
             }
             hccl_tl_running = outer;
             pthread_mutex_unlock(&r->prog_mtx);
