@@ -74,11 +74,14 @@ static void check_report(const char *text, const char *link)
             const char *a = strstr(l, "(1024 x float32, sum): algorithm ");
             assert_non_null(a);
             a += strlen("(1024 x float32, sum): algorithm ");
-            assert_int_equal(sscanf(a, "%31[a-z0-9_], %u of %u steps not done", algo, &left, &nsteps), 3);
+            assert_int_equal(
+                sscanf(a, "%31[a-z0-9_], %u of %u steps not done", algo, &left, &nsteps), 3);
             header = true;
         }
-        if (sscanf(line, " step %u %7s %7s rank %d tag %u bytes %7[a-z][%zu, %zu): posted, waiting on "
-                         "rank %d", &step, dir, peer_kw, &peer, &tag, slot, &begin, &end, &waited) == 9) {
+        if (sscanf(line,
+                   " step %u %7s %7s rank %d tag %u bytes %7[a-z][%zu, %zu): posted, waiting on "
+                   "rank %d",
+                   &step, dir, peer_kw, &peer, &tag, slot, &begin, &end, &waited) == 9) {
             assert_true(strcmp(dir, "send") == 0 || strcmp(dir, "recv") == 0);
             assert_int_equal(peer, 1);
             assert_int_equal(waited, 1);
@@ -87,7 +90,8 @@ static void check_report(const char *text, const char *link)
                 assert_true(end <= COUNT * sizeof(float));
             posted_lines++;
         }
-        if (sscanf(line, " summary: %u posted and waiting on peers, %u blocked", &posted, &blocked) == 2) {
+        if (sscanf(line, " summary: %u posted and waiting on peers, %u blocked", &posted,
+                   &blocked) == 2) {
             posted_sum += posted;
             blocked_sum += blocked;
         }
@@ -157,7 +161,8 @@ static void check_lane_report(const char *text, const char *link)
 {
     (void)link;
     assert_non_null(strstr(text, "rank 0 of 2, 1 request outstanding"));
-    assert_non_null(strstr(text, "  request allreduce seq 0 (1024 x float32, sum): shm lane, waiting on ranks 1\n"));
+    assert_non_null(strstr(
+        text, "  request allreduce seq 0 (1024 x float32, sum): shm lane, waiting on ranks 1\n"));
     assert_null(strstr(text, "without a plan in flight"));
 }
 
@@ -237,6 +242,30 @@ static void read_until_end(int fd, char *buf, size_t cap)
     }
 }
 
+/* The log goes to stderr: it is caught in a pipe between these two. */
+typedef struct {
+    int p[2];
+    int saved;
+} capture_t;
+
+static void capture_start(capture_t *c)
+{
+    assert_int_equal(pipe(c->p), 0);
+    fflush(stderr);
+    c->saved = dup(2);
+    assert_true(c->saved >= 0);
+    assert_true(dup2(c->p[1], 2) == 2);
+}
+
+static void capture_stop(capture_t *c)
+{
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    close(c->p[0]);
+    close(c->p[1]);
+}
+
 /* HCCL_DUMP_ON_SIGNAL=1: SIGUSR1 logs every live communicator's report; the handler goes with
  * the last communicator. */
 static void test_dump_on_signal(void **state)
@@ -246,7 +275,7 @@ static void test_dump_on_signal(void **state)
     hcclComm_t comms[2] = {NULL, NULL};
     struct sigaction sa;
     waiter_t w = {0};
-    int p[2], saved_err;
+    capture_t cap;
 
     (void)state;
     setenv("HCCL_DUMP_ON_SIGNAL", "1", 1);
@@ -257,19 +286,10 @@ static void test_dump_on_signal(void **state)
                      hcclSuccess);
     assert_true(pair_sync_reactor(comms[0], 0));
 
-    /* The log goes to stderr: catch it in a pipe. */
-    assert_int_equal(pipe(p), 0);
-    fflush(stderr);
-    saved_err = dup(2);
-    assert_true(saved_err >= 0);
-    assert_true(dup2(p[1], 2) == 2);
+    capture_start(&cap);
     assert_int_equal(raise(SIGUSR1), 0);
-    read_until_end(p[0], out, sizeof(out));
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    close(p[0]);
-    close(p[1]);
+    read_until_end(cap.p[0], out, sizeof(out));
+    capture_stop(&cap);
     printf("%s", out);
     assert_non_null(strstr(out, "state dump on SIGUSR1: 2 communicators"));
     assert_non_null(strstr(out, "request allreduce seq 0 (1024 x float32, sum)"));
@@ -308,6 +328,30 @@ static void gate_cb(hcclRequest_t req, hcclResult_t res, void *arg)
     pthread_mutex_unlock(&g->mtx);
 }
 
+/* An AllReduce of the pair whose callback holds rank 0's reactor until gate_open(g). */
+static void hold_reactor(hcclComm_t pair[2], gate_t *g, hcclRequest_t *req)
+{
+    static float buf[COUNT], buf1[COUNT];
+
+    assert_int_equal(hcclAllReduceAsync(buf, buf, COUNT, hcclFloat32, hcclSum, pair[0], req),
+                     hcclSuccess);
+    assert_int_equal(hcclRequestSetCallback(*req, gate_cb, g), hcclSuccess);
+    assert_int_equal(hcclAllReduce(buf1, buf1, COUNT, hcclFloat32, hcclSum, pair[1]), hcclSuccess);
+    pthread_mutex_lock(&g->mtx);
+    while (!g->entered)
+        pthread_cond_wait(&g->cond, &g->mtx);
+    pthread_mutex_unlock(&g->mtx);
+}
+
+/* Lets the callback return. */
+static void gate_open(gate_t *g)
+{
+    pthread_mutex_lock(&g->mtx);
+    g->release = true;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->mtx);
+}
+
 /* Reads what fd holds now, without waiting, after len bytes already in buf. */
 static size_t read_available(int fd, char *buf, size_t len, size_t cap)
 {
@@ -323,65 +367,6 @@ static size_t read_available(int fd, char *buf, size_t len, size_t cap)
     return len;
 }
 
-/*
- * A SIGUSR1 report stuck on one communicator (a callback holds its progress lock) never
- * stalls the teardown of another: hcclCommAbort of rank 1 returns while the report still
- * waits, well before it gives up on the lock (DUMP_LOCK_WAIT_MS, dump.c).
- */
-static void test_teardown_during_dump(void **state)
-{
-    static float buf[COUNT], buf1[COUNT];
-    static char out[1 << 16];
-    gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
-    hcclComm_t comms[2] = {NULL, NULL};
-    hcclRequest_t req;
-    int p[2], saved_err;
-    size_t len = 0;
-
-    (void)state;
-    setenv("HCCL_DUMP_ON_SIGNAL", "1", 1);
-    assert_true(pair_create("shm", comms));
-    assert_int_equal(hcclAllReduceAsync(buf, buf, COUNT, hcclFloat32, hcclSum, comms[0], &req),
-                     hcclSuccess);
-    assert_int_equal(hcclRequestSetCallback(req, gate_cb, &g), hcclSuccess);
-    assert_int_equal(hcclAllReduce(buf1, buf1, COUNT, hcclFloat32, hcclSum, comms[1]), hcclSuccess);
-    pthread_mutex_lock(&g.mtx);
-    while (!g.entered)
-        pthread_cond_wait(&g.cond, &g.mtx);
-    pthread_mutex_unlock(&g.mtx);
-
-    assert_int_equal(pipe(p), 0);
-    fflush(stderr);
-    saved_err = dup(2);
-    assert_true(saved_err >= 0);
-    assert_true(dup2(p[1], 2) == 2);
-    assert_int_equal(raise(SIGUSR1), 0);
-    /* The report has started; rank 0's part waits for the lock the callback holds. */
-    while (!strstr(out, "state dump on SIGUSR1")) {
-        struct pollfd pf = {.fd = p[0], .events = POLLIN};
-        assert_true(poll(&pf, 1, 20000) == 1);
-        len = read_available(p[0], out, len, sizeof(out));
-    }
-    assert_int_equal(hcclCommAbort(comms[1]), hcclSuccess);
-    len = read_available(p[0], out, len, sizeof(out));
-    assert_null(strstr(out, "state dump: end of report"));
-
-    pthread_mutex_lock(&g.mtx);
-    g.release = true;
-    pthread_cond_broadcast(&g.cond);
-    pthread_mutex_unlock(&g.mtx);
-    read_until_end(p[0], out + len, sizeof(out) - len);
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    close(p[0]);
-    close(p[1]);
-    printf("%s", out);
-    assert_int_equal(hcclWait(&req), hcclSuccess);
-    assert_int_equal(hcclCommAbort(comms[0]), hcclSuccess);
-    unsetenv("HCCL_DUMP_ON_SIGNAL");
-}
-
 static int count_of(const char *text, const char *what)
 {
     int n = 0;
@@ -391,6 +376,56 @@ static int count_of(const char *text, const char *what)
     return n;
 }
 
+/* Reads fd into out (from empty) until what is in it n times. */
+static size_t read_until_count(int fd, char *out, size_t cap, const char *what, int n)
+{
+    size_t len = 0;
+
+    out[0] = '\0';
+    while (count_of(out, what) < n) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        assert_true(poll(&pf, 1, 20000) == 1);
+        len = read_available(fd, out, len, cap);
+    }
+    return len;
+}
+
+/*
+ * A SIGUSR1 report stuck on one communicator (a callback holds its progress lock) never
+ * stalls the teardown of another: hcclCommAbort of rank 1 returns while the report still
+ * waits, well before it gives up on the lock (DUMP_LOCK_WAIT_MS, dump.c).
+ */
+static void test_teardown_during_dump(void **state)
+{
+    static char out[1 << 16];
+    gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+    hcclComm_t comms[2] = {NULL, NULL};
+    hcclRequest_t req;
+    capture_t cap;
+    size_t len;
+
+    (void)state;
+    setenv("HCCL_DUMP_ON_SIGNAL", "1", 1);
+    assert_true(pair_create("shm", comms));
+    hold_reactor(comms, &g, &req);
+
+    capture_start(&cap);
+    assert_int_equal(raise(SIGUSR1), 0);
+    /* The report has started; rank 0's part waits for the lock the callback holds. */
+    len = read_until_count(cap.p[0], out, sizeof(out), "state dump on SIGUSR1", 1);
+    assert_int_equal(hcclCommAbort(comms[1]), hcclSuccess);
+    len = read_available(cap.p[0], out, len, sizeof(out));
+    assert_null(strstr(out, "state dump: end of report"));
+
+    gate_open(&g);
+    read_until_end(cap.p[0], out + len, sizeof(out) - len);
+    capture_stop(&cap);
+    printf("%s", out);
+    assert_int_equal(hcclWait(&req), hcclSuccess);
+    assert_int_equal(hcclCommAbort(comms[0]), hcclSuccess);
+    unsetenv("HCCL_DUMP_ON_SIGNAL");
+}
+
 /*
  * A communicator torn down while the report waits on a later one makes the report skip no
  * other: three pairs registered in turn, the report stuck on the second pair's rank 0 while
@@ -398,51 +433,28 @@ static int count_of(const char *text, const char *what)
  */
 static void test_teardown_skips_none(void **state)
 {
-    static float buf[COUNT], buf1[COUNT];
     static char out[1 << 17];
     gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
     hcclComm_t a[2] = {NULL, NULL}, b[2] = {NULL, NULL}, c[2] = {NULL, NULL};
     hcclRequest_t req;
-    int p[2], saved_err;
-    size_t len = 0;
+    capture_t cap;
+    size_t len;
 
     (void)state;
     setenv("HCCL_DUMP_ON_SIGNAL", "1", 1);
     assert_true(pair_create("shm", a));
     assert_true(pair_create("shm", b));
     assert_true(pair_create("shm", c));
-    assert_int_equal(hcclAllReduceAsync(buf, buf, COUNT, hcclFloat32, hcclSum, b[0], &req),
-                     hcclSuccess);
-    assert_int_equal(hcclRequestSetCallback(req, gate_cb, &g), hcclSuccess);
-    assert_int_equal(hcclAllReduce(buf1, buf1, COUNT, hcclFloat32, hcclSum, b[1]), hcclSuccess);
-    pthread_mutex_lock(&g.mtx);
-    while (!g.entered)
-        pthread_cond_wait(&g.cond, &g.mtx);
-    pthread_mutex_unlock(&g.mtx);
+    hold_reactor(b, &g, &req);
 
-    assert_int_equal(pipe(p), 0);
-    fflush(stderr);
-    saved_err = dup(2);
-    assert_true(saved_err >= 0);
-    assert_true(dup2(p[1], 2) == 2);
+    capture_start(&cap);
     assert_int_equal(raise(SIGUSR1), 0);
     /* The first pair is reported; then the report waits for b[0]'s lock. */
-    while (count_of(out, "hccl state: comm") < 2) {
-        struct pollfd pf = {.fd = p[0], .events = POLLIN};
-        assert_true(poll(&pf, 1, 20000) == 1);
-        len = read_available(p[0], out, len, sizeof(out));
-    }
+    len = read_until_count(cap.p[0], out, sizeof(out), "hccl state: comm", 2);
     assert_int_equal(hcclCommAbort(a[0]), hcclSuccess);
-    pthread_mutex_lock(&g.mtx);
-    g.release = true;
-    pthread_cond_broadcast(&g.cond);
-    pthread_mutex_unlock(&g.mtx);
-    read_until_end(p[0], out + len, sizeof(out) - len);
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    close(p[0]);
-    close(p[1]);
+    gate_open(&g);
+    read_until_end(cap.p[0], out + len, sizeof(out) - len);
+    capture_stop(&cap);
     printf("%s", out);
     /* Both of the first pair went out before a[0] went; then every other. */
     assert_int_equal(count_of(out, "hccl state: comm"), 6);
