@@ -77,13 +77,22 @@ static bool reactor_poll_once(hccl_reactor_t *r)
     return reactor_run_pollers(r) || moved;
 }
 
-/* A post that nothing was queued before, run as the queue would run it (NULL: none). */
-static void reactor_run_one(hccl_post_t *post)
+/*
+ * A post started on its poster's thread (NULL: none): with nothing queued before it, it runs
+ * at once, as the queue would run it; behind others it goes through the queue, so that one
+ * poster's order holds. Under prog_mtx.
+ */
+static void reactor_run_first(hccl_reactor_t *r, hccl_post_t *post)
 {
-    if (post) {
-        post->next = NULL;
-        post->fn(post);
+    if (!post)
+        return;
+    if (atomic_load(&r->post_head)) {
+        hccl_reactor_post_push(r, post);
+        hccl_reactor_run_posts(r);
+        return;
     }
+    post->next = NULL;
+    post->fn(post);
 }
 
 /*
@@ -94,7 +103,7 @@ static void reactor_run_one(hccl_post_t *post)
 static void reactor_quiet_look(hccl_reactor_t *r, hccl_post_t *first)
 {
     atomic_store(&r->orphan, false);
-    reactor_run_one(first);
+    reactor_run_first(r, first);
     reactor_poll_once(r);
     reactor_run_all_posts(r);
     atomic_store(&r->orphan, true);
@@ -102,11 +111,12 @@ static void reactor_quiet_look(hccl_reactor_t *r, hccl_post_t *first)
         hccl_reactor_wake(r);
 }
 
-/* Stops polling: clears the flags first, then looks once more, since a peer that saw them
- * set did not ring. True if that look found work. Under prog_mtx. */
-static bool reactor_stop_polling(hccl_reactor_t *r)
+/* Stops polling: clears the flags first, then runs first (NULL: none) and looks once more,
+ * since a peer that saw them set did not ring. True if that look found work. Under prog_mtx. */
+static bool reactor_stop_polling(hccl_reactor_t *r, hccl_post_t *first)
 {
     reactor_set_polling(r, false);
+    reactor_run_first(r, first);
     return reactor_poll_once(r);
 }
 
@@ -170,7 +180,7 @@ static bool reactor_spin(hccl_reactor_t *r)
         r->thread_spinning = true;
     }
     r->thread_spinning = false;
-    found = reactor_stop_polling(r);
+    found = reactor_stop_polling(r, NULL);
     pthread_mutex_unlock(&r->prog_mtx);
     return found;
 }
@@ -236,7 +246,7 @@ void *hccl_reactor_thread_main(void *arg)
     }
     hccl_reactor_enter(r);
     atomic_store(&r->orphan, false);
-    reactor_stop_polling(r);
+    reactor_stop_polling(r, NULL);
     hccl_reactor_run_posts(r);
     hccl_reactor_leave(r);
     return NULL;
@@ -312,10 +322,10 @@ bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h)
             /* A post that saw the flags set before they were orphaned did not ring. */
             if (atomic_load(&r->post_head)) {
                 atomic_store(&r->orphan, false);
-                reactor_stop_polling(r);
+                reactor_stop_polling(r, NULL);
             }
         } else {
-            reactor_stop_polling(r);
+            reactor_stop_polling(r, NULL);
         }
     }
     hccl_tl_running = outer;
@@ -399,26 +409,18 @@ void hccl_reactor_post_and_start(hccl_reactor_t *r, hccl_post_t *post)
         pthread_mutex_trylock(&r->prog_mtx) == 0) {
         quiet = atomic_load(&r->orphan) && atomic_load(&r->watch_armed);
         if (r->drivable && hccl_reactor_idle(r) && (!r->cores_shared || quiet)) {
-            /* With nothing queued before it, it runs without the queue. */
-            hccl_post_t *now = atomic_load(&r->post_head) ? NULL : post;
-            if (!now)
-                hccl_reactor_post_push(r, post);
             hccl_tl_running = r;
             if (quiet) {
                 /* The watch takes over if nobody drives: the flags stay set, and peers did
                  * not ring while they were, so one look at the rings too. */
                 r->quiet_posts++;
-                reactor_quiet_look(r, now);
+                reactor_quiet_look(r, post);
             } else if (atomic_load(&r->orphan)) {
                 reactor_want_watch(r);
                 atomic_store(&r->orphan, false);
-                reactor_set_polling(r, false); /* as reactor_stop_polling, the post first */
-                reactor_run_one(now);
-                reactor_poll_once(r);
+                reactor_stop_polling(r, post);
             } else {
-                reactor_run_one(now);
-                if (!now)
-                    hccl_reactor_run_posts(r);
+                reactor_run_first(r, post);
             }
             hccl_tl_running = outer;
             pthread_mutex_unlock(&r->prog_mtx);

@@ -125,16 +125,16 @@ static void request_spin(struct hcclRequest *req)
     if (spin_ns <= 0)
         return;
     for (unsigned round = 0;; round++) {
-        bool helped = hccl_reactor_help(r, &req->state, HCCL_REQ_DONE);
+        bool drove = hccl_reactor_help(r, &req->state, HCCL_REQ_DONE), give_up = drove;
         if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) == HCCL_REQ_DONE)
             return; /* not a wake-up for the progress thread: nothing is left for it */
-        if (!helped && (round & 15) == 15) {
+        if (!drove && (round & 15) == 15) {
             int64_t now = hccl_now_ns();
             if (since == 0)
                 since = now;
-            helped = now - since > spin_ns;
+            give_up = now - since > spin_ns;
         }
-        if (helped) {
+        if (give_up) {
             /* About to sleep: make sure the progress thread is awake for what we posted. */
             hccl_reactor_wake(r);
             return;
