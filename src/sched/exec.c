@@ -387,6 +387,7 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
     uint32_t n = plan->nsteps;
     hccl_run_t *run = run_get(ex, n, plan->scratch_bytes);
     size_t footprint;
+    bool past_cache;
 
     if (!run)
         return HCCL_FAIL(hcclSystemError,
@@ -402,9 +403,9 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
      * and rank counts. Its final reductions stream only at a rank that sends nothing (a Reduce
      * root), whose results nothing reads again, unless hcclAvg reads them back to divide
      * (run_reduce; docs/performance.md). */
-    run->store = ex->store_min && footprint > ex->store_min && plan->nreduces == 0;
-    run->store_reduced =
-        ex->store_min && footprint > ex->store_min && plan->nsends == 0 && plan->op != hcclAvg;
+    past_cache = ex->store_min && footprint > ex->store_min;
+    run->store = past_cache && plan->nreduces == 0;
+    run->store_reduced = past_cache && plan->nsends == 0 && plan->op != hcclAvg;
     run->read_direct = hccl_exec_reads_direct(plan, sendbuf, recvbuf);
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;
