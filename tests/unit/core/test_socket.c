@@ -1,8 +1,9 @@
 /*
  * The socket helpers' connect: a socket connected to itself (TCP's simultaneous open, which a
  * retry can hit where nobody listens on a port of the ephemeral range) is told apart from a
- * connection to a listener, and a connect to a port nobody listens on ends in a timeout,
- * however many retries it makes, never in a "connection" to itself.
+ * connection to a listener, and a connect to a port nobody listens on ends in a timeout with
+ * the text of a refused connection. (That connect_watch turns a self-connection into a
+ * refusal is not forced here: a retry lands on its own port only by chance.)
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
