@@ -108,7 +108,7 @@ bool fd_collect(int fd, uint64_t *total, uint64_t want)
     return *total == want && !fd_readable(fd, 0);
 }
 
-/* Failures inside worker threads are recorded (first one wins) and asserted on the main thread. */
+/* Records a worker thread's first failure in err (TCHECK, reactor_helpers.h). */
 void worker_fail(char *err, int line, const char *what)
 {
     if (!err[0])
