@@ -96,6 +96,19 @@ hccl_run=$build/hccl/tools/hccl-run hccl_perf=$build/hccl/tools/hccl-perf
         -DHCCL_BUILD_EXAMPLES=OFF &&
         cmake --build "$build/hccl" -j"$cores" --target hccl-perf hccl-run
 } >>"$out/run.log" 2>&1 || { log "building hccl failed (see $out/run.log)"; exit 1; }
+# hccl at BENCH_REF: its own tree (git archive) and build, its own hccl-run and hccl-perf.
+ref_run=$build/hccl-ref/tools/hccl-run ref_perf=$build/hccl-ref/tools/hccl-perf
+rm -f "$ref_perf"
+if [[ -n ${BENCH_REF:-} ]]; then
+    log "building hccl at $BENCH_REF (Release) in $build/hccl-ref"
+    {
+        rm -rf "$build/hccl-ref-src" && mkdir -p "$build/hccl-ref-src" &&
+            git -C "$repo" archive "$BENCH_REF" | tar -x -C "$build/hccl-ref-src" &&
+            cmake -S "$build/hccl-ref-src" -B "$build/hccl-ref" -DCMAKE_BUILD_TYPE=Release \
+                -DHCCL_BUILD_TESTS=OFF -DHCCL_BUILD_EXAMPLES=OFF &&
+            cmake --build "$build/hccl-ref" -j"$cores" --target hccl-perf hccl-run
+    } >>"$out/run.log" 2>&1 || log "building hccl at $BENCH_REF failed (see $out/run.log)"
+fi
 # The peers' programs: one that does not build is not run (no stale binary).
 rm -f "$build/limits" "$build/mpi_perf.ompi" "$build/mpi_perf.mpich" "$build/gloo_perf"
 build_peer() { # NAME CMD...
@@ -116,6 +129,7 @@ fi
 have_lib() {
     case ${1%-async} in
     hccl | hccl-tcp) [[ -x $hccl_perf ]] ;;
+    hccl-ref | hccl-ref-tcp) [[ -x $ref_perf ]] ;;
     ompi | ompi-tcp) [[ -x $build/mpi_perf.ompi ]] ;;
     mpich | mpich-tcp) [[ -x $build/mpi_perf.mpich ]] ;;
     gloo) [[ -x $build/gloo_perf ]] ;;
@@ -134,6 +148,8 @@ done
     echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores"
     echo "mem: $(free -g | awk '/^Mem:/{print $2" GiB"}'), kernel $(uname -r)"
     echo "hccl: $(git -C "$repo" log -1 --format='%h %s' 2>/dev/null | cut -c1-80)"
+    [[ -z ${BENCH_REF:-} ]] ||
+        echo "hccl-ref: $(git -C "$repo" log -1 --format='%h %s' "$BENCH_REF" 2>/dev/null | cut -c1-80)"
     for p in openmpi-bin mpich libgloo-dev gcc; do
         echo "$p: $(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || echo none)"
     done
@@ -211,6 +227,8 @@ launch() {
     # Blocking calls (-z 1), as the peers' MPI_Allreduce & co.; the in-flight run overrides it.
     hccl) timeout -k 10 "$run_limit" "$hccl_run" -n "$n" "${wrap[@]}" "$hccl_perf" -p oop -z 1 "$@" ;;
     hccl-tcp) HCCL_LINKS=tcp timeout -k 10 "$run_limit" "$hccl_run" -n "$n" "${wrap[@]}" "$hccl_perf" -p oop -z 1 "$@" ;;
+    hccl-ref) timeout -k 10 "$run_limit" "$ref_run" -n "$n" "${wrap[@]}" "$ref_perf" -p oop -z 1 "$@" ;;
+    hccl-ref-tcp) HCCL_LINKS=tcp timeout -k 10 "$run_limit" "$ref_run" -n "$n" "${wrap[@]}" "$ref_perf" -p oop -z 1 "$@" ;;
     ompi) timeout -k 10 "$run_limit" "${ompi[@]}" "${wrap[@]}" "$build/mpi_perf.ompi" -G "$guard" "$@" ;;
     ompi-tcp)
         timeout -k 10 "$run_limit" "${ompi[@]}" --mca pml ob1 --mca btl tcp,self \

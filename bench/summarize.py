@@ -15,7 +15,10 @@ from collections import defaultdict
 
 COLLS = ["allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall"]
 LIBS = ["hccl", "hccl-async", "hccl-tcp", "hccl-tcp-async", "ompi", "ompi-async", "ompi-tcp",
-        "ompi-tcp-async", "mpich", "mpich-async", "mpich-tcp", "mpich-tcp-async", "gloo"]
+        "ompi-tcp-async", "mpich", "mpich-async", "mpich-tcp", "mpich-tcp-async", "gloo",
+        "hccl-ref", "hccl-ref-async", "hccl-ref-tcp", "hccl-ref-tcp-async"]
+# hccl at BENCH_REF (compare.sh): each of hccl's runs against the same run of that commit.
+REF_KINDS = ["hccl", "hccl-async", "hccl-tcp", "hccl-tcp-async"]
 PEERS = ["ompi", "ompi-tcp", "mpich", "mpich-tcp", "gloo"]
 TCP_PEERS = ["ompi-tcp", "mpich-tcp", "gloo"]
 # The non-blocking runs (LIB-async: Async + hcclWait, MPI_I* + MPI_Wait) against each other.
@@ -196,6 +199,37 @@ def main():
                                      f"{a['time_us'] / b['time_us']:.2f}")
                 p("| " + " | ".join(cells) + " |")
             p("")
+
+    # ---- hccl now against hccl at BENCH_REF
+    ref_kinds = [k for k in REF_KINDS if k in libs and k.replace("hccl", "hccl-ref", 1) in libs]
+    if ref_kinds:
+        ref = next((line.split()[1] for line in machine.splitlines()
+                    if line.startswith("hccl-ref:")), "BENCH_REF")
+        p(f"## hccl now against hccl at {ref} (the reference's time / now's: above 1 now is faster)\n")
+        worst = []
+        for coll in colls:
+            p(f"### {coll}\n")
+            hdr = ["size"] + [f"{n} ranks: {k}" for n in nranks for k in ref_kinds]
+            p("| " + " | ".join(hdr) + " |")
+            p("|" + "---|" * len(hdr))
+            for size in sorted({k[3] for k in med if k[1] == coll}):
+                cells = [human(size)]
+                for n in nranks:
+                    for k in ref_kinds:
+                        a, b = med.get((k, coll, n, size)), med.get((k.replace("hccl", "hccl-ref", 1), coll, n, size))
+                        if not a or not b or a["time_us"] <= 0:
+                            cells.append("-")
+                            continue
+                        ratio = b["time_us"] / a["time_us"]
+                        worst.append((ratio, coll, n, size, k))
+                        cells.append(f"{ratio:.2f}")
+                p("| " + " | ".join(cells) + " |")
+            p("")
+        if worst:
+            below = sorted(w for w in worst if w[0] < 0.95)
+            p(f"At least 0.95: {len(worst) - len(below)} of {len(worst)} cells"
+              + ("; below: " + ", ".join(f"{c} {n} ranks {human(s)} {k} {r:.2f}" for r, c, n, s, k in below)
+                 if below else "") + ".\n")
 
     # ---- fraction of the limit
     p("## hccl busbw as % of the machine's limit\n")
