@@ -126,6 +126,39 @@ def best_of(med, peers, coll, n, size):
     return min(cands, key=lambda c: c[1]["time_us"])
 
 
+def ref_lib(kind):
+    """hccl-tcp -> hccl-ref-tcp: the same run of hccl at BENCH_REF."""
+    return kind.replace("hccl", "hccl-ref", 1)
+
+
+def time_ratio(med, num, den):
+    """med[num]'s time over med[den]'s, or None where either is missing."""
+    a, b = med.get(num), med.get(den)
+    return a["time_us"] / b["time_us"] if a and b and b["time_us"] > 0 else None
+
+
+def ratio_tables(p, med, colls, nranks, kinds, ratio):
+    """A table per collective: sizes down, (rank count, kind) across, ratio(kind, (coll, n,
+    size)) in each cell. Returns every cell's (ratio, kind, coll, n, size)."""
+    cells = []
+    for coll in colls:
+        p(f"### {coll}\n")
+        hdr = ["size"] + [f"{n} ranks: {k}" for n in nranks for k in kinds]
+        p("| " + " | ".join(hdr) + " |")
+        p("|" + "---|" * len(hdr))
+        for size in sorted({k[3] for k in med if k[1] == coll}):
+            row = [human(size)]
+            for n in nranks:
+                for k in kinds:
+                    r = ratio(k, (coll, n, size))
+                    row.append("-" if r is None else f"{r:.2f}")
+                    if r is not None:
+                        cells.append((r, k, coll, n, size))
+            p("| " + " | ".join(row) + " |")
+        p("")
+    return cells
+
+
 def main():
     d = sys.argv[1]
     cores = int(sys.argv[2]) if len(sys.argv) > 2 else os.cpu_count()
@@ -184,51 +217,22 @@ def main():
     # ---- async against blocking, hccl's own
     if any(lib.endswith("-async") and lib.startswith("hccl") for lib in libs):
         p("## hccl: Async + hcclWait against the blocking call (time ratio, below 1.25 is the goal)\n")
-        for coll in colls:
-            p(f"### {coll}\n")
-            kinds = [k for k in ("hccl", "hccl-tcp") if k in libs and k + "-async" in libs]
-            hdr = ["size"] + [f"{n} ranks: {k}" for n in nranks for k in kinds]
-            p("| " + " | ".join(hdr) + " |")
-            p("|" + "---|" * len(hdr))
-            for size in sorted({k[3] for k in med if k[1] == coll}):
-                cells = [human(size)]
-                for n in nranks:
-                    for k in kinds:
-                        a, b = med.get((k + "-async", coll, n, size)), med.get((k, coll, n, size))
-                        cells.append("-" if not a or not b or b["time_us"] <= 0 else
-                                     f"{a['time_us'] / b['time_us']:.2f}")
-                p("| " + " | ".join(cells) + " |")
-            p("")
+        kinds = [k for k in ("hccl", "hccl-tcp") if k in libs and k + "-async" in libs]
+        ratio_tables(p, med, colls, nranks, kinds,
+                     lambda k, key: time_ratio(med, (k + "-async", *key), (k, *key)))
 
     # ---- hccl now against hccl at BENCH_REF
-    ref_kinds = [k for k in REF_KINDS if k in libs and k.replace("hccl", "hccl-ref", 1) in libs]
+    ref_kinds = [k for k in REF_KINDS if k in libs and ref_lib(k) in libs]
     if ref_kinds:
         ref = next((line.split()[1] for line in machine.splitlines()
                     if line.startswith("hccl-ref:")), "BENCH_REF")
         p(f"## hccl now against hccl at {ref} (the reference's time / now's: above 1 now is faster)\n")
-        worst = []
-        for coll in colls:
-            p(f"### {coll}\n")
-            hdr = ["size"] + [f"{n} ranks: {k}" for n in nranks for k in ref_kinds]
-            p("| " + " | ".join(hdr) + " |")
-            p("|" + "---|" * len(hdr))
-            for size in sorted({k[3] for k in med if k[1] == coll}):
-                cells = [human(size)]
-                for n in nranks:
-                    for k in ref_kinds:
-                        a, b = med.get((k, coll, n, size)), med.get((k.replace("hccl", "hccl-ref", 1), coll, n, size))
-                        if not a or not b or a["time_us"] <= 0:
-                            cells.append("-")
-                            continue
-                        ratio = b["time_us"] / a["time_us"]
-                        worst.append((ratio, coll, n, size, k))
-                        cells.append(f"{ratio:.2f}")
-                p("| " + " | ".join(cells) + " |")
-            p("")
-        if worst:
-            below = sorted(w for w in worst if w[0] < 0.95)
-            p(f"At least 0.95: {len(worst) - len(below)} of {len(worst)} cells"
-              + ("; below: " + ", ".join(f"{c} {n} ranks {human(s)} {k} {r:.2f}" for r, c, n, s, k in below)
+        cells = ratio_tables(p, med, colls, nranks, ref_kinds,
+                             lambda k, key: time_ratio(med, (ref_lib(k), *key), (k, *key)))
+        if cells:
+            below = sorted(c for c in cells if c[0] < 0.95)
+            p(f"At least 0.95: {len(cells) - len(below)} of {len(cells)} cells"
+              + ("; below: " + ", ".join(f"{c} {n} ranks {human(s)} {k} {r:.2f}" for r, k, c, n, s in below)
                  if below else "") + ".\n")
 
     # ---- fraction of the limit
