@@ -90,24 +90,22 @@ fi
 # --------------------------------------------------------------------- build
 log "mode=$mode reps=$reps nranks='$nranks' libs='$libs' out=$out"
 log "building hccl (Release) in $build/hccl and the peers in $build"
-hccl_run=$build/hccl/tools/hccl-run hccl_perf=$build/hccl/tools/hccl-perf
-{
-    cmake -S "$repo" -B "$build/hccl" -DCMAKE_BUILD_TYPE=Release -DHCCL_BUILD_TESTS=OFF \
-        -DHCCL_BUILD_EXAMPLES=OFF &&
-        cmake --build "$build/hccl" -j"$cores" --target hccl-perf hccl-run
-} >>"$out/run.log" 2>&1 || { log "building hccl failed (see $out/run.log)"; exit 1; }
+hccl_perf=$build/hccl/tools/hccl-perf
+# build_hccl SRC DIR: hccl-perf and hccl-run (Release) from the tree SRC into DIR.
+build_hccl() {
+    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DHCCL_BUILD_TESTS=OFF \
+        -DHCCL_BUILD_EXAMPLES=OFF >>"$out/run.log" 2>&1 &&
+        cmake --build "$2" -j"$cores" --target hccl-perf hccl-run >>"$out/run.log" 2>&1
+}
+build_hccl "$repo" "$build/hccl" || { log "building hccl failed (see $out/run.log)"; exit 1; }
 # hccl at BENCH_REF: its own tree (git archive) and build, its own hccl-run and hccl-perf.
-ref_run=$build/hccl-ref/tools/hccl-run ref_perf=$build/hccl-ref/tools/hccl-perf
-rm -f "$ref_perf"
+rm -f "$build/hccl-ref/tools/hccl-perf"
 if [[ -n ${BENCH_REF:-} ]]; then
     log "building hccl at $BENCH_REF (Release) in $build/hccl-ref"
-    {
-        rm -rf "$build/hccl-ref-src" && mkdir -p "$build/hccl-ref-src" &&
-            git -C "$repo" archive "$BENCH_REF" | tar -x -C "$build/hccl-ref-src" &&
-            cmake -S "$build/hccl-ref-src" -B "$build/hccl-ref" -DCMAKE_BUILD_TYPE=Release \
-                -DHCCL_BUILD_TESTS=OFF -DHCCL_BUILD_EXAMPLES=OFF &&
-            cmake --build "$build/hccl-ref" -j"$cores" --target hccl-perf hccl-run
-    } >>"$out/run.log" 2>&1 || log "building hccl at $BENCH_REF failed (see $out/run.log)"
+    rm -rf "$build/hccl-ref-src" && mkdir -p "$build/hccl-ref-src"
+    { git -C "$repo" archive "$BENCH_REF" | tar -x -C "$build/hccl-ref-src"; } 2>>"$out/run.log" &&
+        build_hccl "$build/hccl-ref-src" "$build/hccl-ref" ||
+        log "building hccl at $BENCH_REF failed (see $out/run.log)"
 fi
 # The peers' programs: one that does not build is not run (no stale binary).
 rm -f "$build/limits" "$build/mpi_perf.ompi" "$build/mpi_perf.mpich" "$build/gloo_perf"
@@ -129,7 +127,7 @@ fi
 have_lib() {
     case ${1%-async} in
     hccl | hccl-tcp) [[ -x $hccl_perf ]] ;;
-    hccl-ref | hccl-ref-tcp) [[ -x $ref_perf ]] ;;
+    hccl-ref | hccl-ref-tcp) [[ -x $build/hccl-ref/tools/hccl-perf ]] ;;
     ompi | ompi-tcp) [[ -x $build/mpi_perf.ompi ]] ;;
     mpich | mpich-tcp) [[ -x $build/mpi_perf.mpich ]] ;;
     gloo) [[ -x $build/gloo_perf ]] ;;
@@ -225,10 +223,12 @@ launch() {
     fi
     case $lib in
     # Blocking calls (-z 1), as the peers' MPI_Allreduce & co.; the in-flight run overrides it.
-    hccl) timeout -k 10 "$run_limit" "$hccl_run" -n "$n" "${wrap[@]}" "$hccl_perf" -p oop -z 1 "$@" ;;
-    hccl-tcp) HCCL_LINKS=tcp timeout -k 10 "$run_limit" "$hccl_run" -n "$n" "${wrap[@]}" "$hccl_perf" -p oop -z 1 "$@" ;;
-    hccl-ref) timeout -k 10 "$run_limit" "$ref_run" -n "$n" "${wrap[@]}" "$ref_perf" -p oop -z 1 "$@" ;;
-    hccl-ref-tcp) HCCL_LINKS=tcp timeout -k 10 "$run_limit" "$ref_run" -n "$n" "${wrap[@]}" "$ref_perf" -p oop -z 1 "$@" ;;
+    # hccl-ref*: the build of BENCH_REF; *-tcp: HCCL_LINKS=tcp.
+    hccl | hccl-tcp | hccl-ref | hccl-ref-tcp)
+        local dir=$build/${lib%-tcp} links=()
+        [[ $lib != *-tcp ]] || links=(HCCL_LINKS=tcp)
+        env "${links[@]}" timeout -k 10 "$run_limit" "$dir/tools/hccl-run" -n "$n" "${wrap[@]}" \
+            "$dir/tools/hccl-perf" -p oop -z 1 "$@" ;;
     ompi) timeout -k 10 "$run_limit" "${ompi[@]}" "${wrap[@]}" "$build/mpi_perf.ompi" -G "$guard" "$@" ;;
     ompi-tcp)
         timeout -k 10 "$run_limit" "${ompi[@]}" --mca pml ob1 --mca btl tcp,self \
