@@ -259,7 +259,7 @@ bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h)
 {
     const hccl_reactor_t *outer = hccl_tl_running;
     int64_t idle_since;
-    bool relax;
+    bool relax, gave_up = false;
 
     if (!r->drivable || r->spin_ns <= 0 || pthread_mutex_trylock(&r->prog_mtx) != 0)
         return false;
@@ -297,6 +297,7 @@ bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h)
             } else if (now - idle_since > r->wait_spin_ns) {
                 if (h->give_up)
                     h->give_up(h->arg);
+                gave_up = true;
                 break;
             }
             relax = relax && now - idle_since < HELP_RELAX_NS;
@@ -314,10 +315,13 @@ bool hccl_reactor_help_until(hccl_reactor_t *r, const hccl_help_t *h)
      * they do with requests left in flight while the watch is armed: their wait usually comes
      * next (several Async calls, then a wait for each), and the watch takes them over if it
      * does not. Clearing them there had every peer ring and woke the progress thread into a
-     * race with that wait: two context switches per call, twice the time, 2 in flight. */
+     * race with that wait: two context switches per call, twice the time, 2 in flight. A
+     * waiter that gave up is about to sleep, though: the progress thread takes over at once,
+     * with peers ringing; left set, the flags had it take only a quiet look, and the requests
+     * waited for the watch's next period (without the watch, for ever). */
     if (!r->thread_spinning) {
         r->flags_settled++;
-        if (atomic_load(&r->pending) == 0 || atomic_load(&r->watch_armed)) {
+        if (!gave_up && (atomic_load(&r->pending) == 0 || atomic_load(&r->watch_armed))) {
             atomic_store(&r->orphan, true);
             /* A post that saw the flags set before they were orphaned did not ring. */
             if (atomic_load(&r->post_head)) {
