@@ -218,8 +218,11 @@ static void reactor_arm_watch(hccl_reactor_t *r)
         return;
     tv.tv_sec = (time_t)(r->watch_ns / 1000000000);
     tv.tv_usec = (suseconds_t)(r->watch_ns % 1000000000 / 1000);
-    if (evtimer_add(r->watch_ev, &tv) != 0)
+    if (evtimer_add(r->watch_ev, &tv) != 0 || atomic_load(&r->watch_armed))
         return;
+    /* Only this thread arms and disarms the watch, so the lock is taken only to arm it anew: a
+     * waiter usually holds it while its call runs, and waiting for it here cost a futex sleep
+     * and wake-up per period. */
     pthread_mutex_lock(&r->prog_mtx);
     if (!atomic_load(&r->watch_armed)) {
         atomic_store(&r->watch_armed, true);
