@@ -60,10 +60,9 @@ static void call_release(call_t *c)
 
 static int call_buf(call_t *c, PyObject *obj, bool writable, PyObject *dtype, const char *what)
 {
-    char label[64];
+    hccl_py_what_t who = {c->name, what};
 
-    snprintf(label, sizeof(label), "%s: %s", c->name, what);
-    if (hccl_py_buf_get(obj, writable, dtype, &c->bufs[c->nbufs], label) < 0)
+    if (hccl_py_buf_get(obj, writable, dtype, &c->bufs[c->nbufs], &who) < 0)
         return -1;
     return c->nbufs++;
 }

@@ -18,18 +18,19 @@ int hccl_py_comm_enter(hccl_py_comm_t *c, const char *fn)
         hccl_py_raise(hcclInvalidUsage, msg);
         return -1;
     }
-    pthread_mutex_lock(&c->mtx);
-    c->users++;
-    pthread_mutex_unlock(&c->mtx);
+    atomic_fetch_add(&c->users, 1);
     return 0;
 }
 
 void hccl_py_comm_leave(hccl_py_comm_t *c)
 {
-    pthread_mutex_lock(&c->mtx);
-    if (--c->users == 0)
+    /* The last user wakes a destroy that waits; both sides' accesses are sequentially
+     * consistent, so either the destroy sees no users or this sees it closing. */
+    if (atomic_fetch_sub(&c->users, 1) == 1 && atomic_load(&c->closing)) {
+        pthread_mutex_lock(&c->mtx);
         pthread_cond_broadcast(&c->idle);
-    pthread_mutex_unlock(&c->mtx);
+        pthread_mutex_unlock(&c->mtx);
+    }
 }
 
 static hccl_py_comm_t *comm_alloc(PyTypeObject *type)
@@ -39,7 +40,8 @@ static hccl_py_comm_t *comm_alloc(PyTypeObject *type)
     if (!c)
         return NULL;
     c->comm = NULL;
-    c->users = 0;
+    atomic_init(&c->users, 0);
+    atomic_init(&c->closing, false);
     c->aio = NULL;
     c->weakrefs = NULL;
     pthread_mutex_init(&c->mtx, NULL);
@@ -191,8 +193,9 @@ static int comm_end(hccl_py_comm_t *c, bool abort)
     }
     else
     {
+        atomic_store(&c->closing, true);
         pthread_mutex_lock(&c->mtx);
-        while (c->users > 0)
+        while (atomic_load(&c->users) > 0)
             pthread_cond_wait(&c->idle, &c->mtx);
         pthread_mutex_unlock(&c->mtx);
         res = hcclCommDestroy(comm);

@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include <hccl.h>
@@ -30,7 +31,10 @@ typedef struct hccl_py_comm {
     PyObject_HEAD hcclComm_t comm; /* NULL once destroyed or aborted */
     int rank;
     int nranks;
-    int users; /* calls in flight with the GIL released; destroy waits for them */
+    /* Calls in flight with the GIL released; destroy waits for them. Counted with the GIL held,
+     * without a lock: the lock and condition are for a destroy that waits (closing). */
+    atomic_int users;
+    atomic_bool closing;
     pthread_mutex_t mtx;
     pthread_cond_t idle;
     PyObject *aio; /* hccl.aio's dispatchers of this communicator, a dict; or NULL */
@@ -65,8 +69,16 @@ PyObject *hccl_py_error_for(hcclResult_t res);
 int hccl_py_clear_value_error(void);
 int hccl_py_parse_op(PyObject *obj, hcclRedOp_t *op_p);
 int hccl_py_parse_dtype(PyObject *obj, hcclDataType_t *dtype_p);
+/* Who asked for a buffer, for error messages ("all_reduce: sendbuf: ..."): two strings
+ * joined only when a message is written, since formatting them cost more per call than the
+ * rest of the argument handling. */
+typedef struct {
+    const char *fn;
+    const char *arg;
+} hccl_py_what_t;
+
 int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t *buf,
-                    const char *what);
+                    const hccl_py_what_t *what);
 void hccl_py_buf_release(hccl_py_buf_t *buf);
 int hccl_py_buf_same_type(const hccl_py_buf_t *a, const hccl_py_buf_t *b, const char *what);
 

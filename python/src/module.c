@@ -271,7 +271,7 @@ static long long attr_ll(PyObject *obj, const char *name, bool call)
 
 /* A CPU torch tensor, through its data pointer (torch has no buffer protocol, and numpy has
  * no bfloat16). The tensor stays referenced in buf->owner. */
-static int buf_from_tensor(PyObject *t, hccl_py_buf_t *b, const char *what)
+static int buf_from_tensor(PyObject *t, hccl_py_buf_t *b, const hccl_py_what_t *what)
 {
     PyObject *dev = NULL, *devtype = NULL, *dt = NULL;
     int sparse, contig, rc = -1;
@@ -284,7 +284,8 @@ static int buf_from_tensor(PyObject *t, hccl_py_buf_t *b, const char *what)
     }
     if (sparse != 0) {
         if (sparse > 0)
-            raise_invalid("%s: a sparse tensor; only dense CPU tensors are supported", what);
+            raise_invalid("%s: %s: a sparse tensor; only dense CPU tensors are supported", what->fn,
+                          what->arg);
         return -1;
     }
     dev = PyObject_GetAttrString(t, "device");
@@ -292,13 +293,14 @@ static int buf_from_tensor(PyObject *t, hccl_py_buf_t *b, const char *what)
     if (!devtype)
         goto out;
     if (!PyUnicode_Check(devtype) || PyUnicode_CompareWithASCIIString(devtype, "cpu") != 0) {
-        raise_invalid("%s: a tensor on device %S; hccl moves host memory (CPU tensors only)", what,
-                      dev);
+        raise_invalid("%s: %s: a tensor on device %S; hccl moves host memory (CPU tensors only)",
+                      what->fn, what->arg, dev);
         goto out;
     }
     if ((contig = call_bool(t, "is_contiguous")) <= 0) {
         if (contig == 0)
-            raise_invalid("%s: the tensor is not contiguous (call .contiguous())", what);
+            raise_invalid("%s: %s: the tensor is not contiguous (call .contiguous())", what->fn,
+                          what->arg);
         goto out;
     }
     dt = PyObject_GetAttrString(t, "dtype");
@@ -315,9 +317,10 @@ static int buf_from_tensor(PyObject *t, hccl_py_buf_t *b, const char *what)
             ok = dtype_from_name(name, &b->dtype);
         }
         if (name && !ok)
-            raise_invalid("%s: tensors of %s are not supported (int8, uint8, int32, int64, bool, "
-                          "float16, bfloat16, float32, float64 are)",
-                          what, name);
+            raise_invalid(
+                "%s: %s: tensors of %s are not supported (int8, uint8, int32, int64, bool, "
+                "float16, bfloat16, float32, float64 are)",
+                what->fn, what->arg, name);
         Py_XDECREF(s);
         if (!ok)
             goto out;
@@ -342,7 +345,7 @@ out:
 }
 
 int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t *b,
-                    const char *what)
+                    const hccl_py_what_t *what)
 {
     memset(b, 0, sizeof(*b));
     if (!PyObject_CheckBuffer(obj)) {
@@ -355,10 +358,11 @@ int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t
             if (buf_from_tensor(obj, b, what) < 0)
                 return -1;
         } else {
-            PyErr_Format(PyExc_TypeError,
-                         "%s: expected a C-contiguous buffer (numpy array, bytearray, memoryview, "
-                         "CPU tensor), got %.200s",
-                         what, Py_TYPE(obj)->tp_name);
+            PyErr_Format(
+                PyExc_TypeError,
+                "%s: %s: expected a C-contiguous buffer (numpy array, bytearray, memoryview, "
+                "CPU tensor), got %.200s",
+                what->fn, what->arg, Py_TYPE(obj)->tp_name);
             return -1;
         }
     } else {
@@ -366,8 +370,8 @@ int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t
         if (PyObject_GetBuffer(obj, &b->view, flags) < 0) {
             PyObject *type, *value, *tb;
             PyErr_Fetch(&type, &value, &tb);
-            raise_invalid("%s: not a %sC-contiguous buffer (%S)", what, writable ? "writable " : "",
-                          value ? value : Py_None);
+            raise_invalid("%s: %s: not a %sC-contiguous buffer (%S)", what->fn, what->arg,
+                          writable ? "writable " : "", value ? value : Py_None);
             Py_XDECREF(type);
             Py_XDECREF(value);
             Py_XDECREF(tb);
@@ -378,9 +382,10 @@ int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t
         b->itemsize = b->view.itemsize > 0 ? (size_t)b->view.itemsize : 1;
         if (!dtype_from_format(b->view.format, b->itemsize, &b->dtype, &b->is_bool) &&
             (!dtype || dtype == Py_None)) {
-            raise_invalid("%s: buffer format \"%s\" is not a dtype hccl has (int8, uint8, int32, "
-                          "uint32, int64, uint64, float16, float32, float64; bfloat16 via dtype=)",
-                          what, b->view.format ? b->view.format : "B");
+            raise_invalid(
+                "%s: %s: buffer format \"%s\" is not a dtype hccl has (int8, uint8, int32, "
+                "uint32, int64, uint64, float16, float32, float64; bfloat16 via dtype=)",
+                what->fn, what->arg, b->view.format ? b->view.format : "B");
             hccl_py_buf_release(b);
             return -1;
         }
@@ -397,8 +402,8 @@ int hccl_py_buf_get(PyObject *obj, bool writable, PyObject *dtype, hccl_py_buf_t
         }
         size = dtype_size(dt);
         if (bytes % size != 0) {
-            raise_invalid("%s: %zu bytes is not a whole number of %zu-byte elements", what, bytes,
-                          size);
+            raise_invalid("%s: %s: %zu bytes is not a whole number of %zu-byte elements", what->fn,
+                          what->arg, bytes, size);
             hccl_py_buf_release(b);
             return -1;
         }
