@@ -2,7 +2,7 @@
  * The reactor's watch (reactor_impl.h): a post that finds the polling flags left set by a
  * waiter leaves them set while the progress thread watches, so does a waiter that stops with
  * calls still in flight, and the progress thread still finishes what they started when their
- * caller never comes back to wait or test.
+ * caller never comes back to wait or test; a waiter that gives up clears them.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -167,6 +167,48 @@ static void test_watch_after_wait_with_calls_in_flight(void **state)
     finish_on_thread(r, &l, req);
 }
 
+static bool never_done(void *arg)
+{
+    (void)arg;
+    return false;
+}
+
+static void note_give_up(void *arg)
+{
+    atomic_store((atomic_int *)arg, 1);
+}
+
+/*
+ * A waiter that gives up (nothing moved for its wait spin) is about to sleep: even with the
+ * watch armed it clears the flags, so that peers ring and the progress thread it wakes drives
+ * at once; left set, that thread took one quiet look and the call waited for the watch.
+ */
+static void test_watch_waiter_gives_up(void **state)
+{
+    hccl_reactor_t *r;
+    fake_link_t l = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    hccl_post_t first = {.fn = count_run};
+    struct hcclRequest *req = NULL;
+    atomic_int gave_up = 0;
+
+    (void)state;
+    r = start_watched(&l, &first);
+    assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess); /* the call waited for */
+    assert_true(hccl_reactor_help_until(r, &(hccl_help_t){never_done, note_give_up, &gave_up}));
+    assert_true(atomic_load(&gave_up));
+    assert_true(atomic_load(&r->watch_armed));
+    assert_false(atomic_load(&r->orphan));
+    assert_false(atomic_load(&r->polling));
+    hccl_reactor_leave(r);
+    atomic_store(&l.arrived, 1);
+    hccl_reactor_wake(r); /* as the waiter does before it sleeps (request.c) */
+    assert_true(wait_taken(&l));
+    assert_false(pthread_equal(l.taken_on, pthread_self()));
+    hccl_request_complete(req, hcclSuccess, NULL);
+    hccl_request_release(req);
+    hccl_reactor_destroy(r);
+}
+
 /* With no Async calls, the watch is never armed: a waiter's calls cost the thread nothing. */
 static void test_watch_idle_without_async(void **state)
 {
@@ -190,6 +232,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_watch_takes_over),
         cmocka_unit_test(test_watch_after_wait_with_calls_in_flight),
+        cmocka_unit_test(test_watch_waiter_gives_up),
         cmocka_unit_test(test_watch_idle_without_async),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
