@@ -56,8 +56,9 @@ struct hccl_reactor {
     struct event *watch_ev;        /* the progress thread's timer (owned base only) */
     int64_t watch_ns;              /* its period: HCCL_WATCH_PERIODS spins */
     atomic_bool watch_wanted;      /* a post found the flags orphaned and no watch armed */
-    atomic_bool watch_armed;       /* changed under prog_mtx: set by the progress thread with
-                                      the timer pending; posts may then leave the flags set */
+    atomic_bool watch_armed;       /* changed under prog_mtx and only by the progress thread
+                                      (which so reads it without the lock): set with the timer
+                                      pending; posts may then leave the flags set */
     uint64_t quiet_posts;          /* under prog_mtx: posts that left them set, this period */
     uint64_t drives;               /* under prog_mtx: waiters that drove, ever */
     uint64_t drives_at_watch;      /* the progress thread's: drives when the watch last fired */
