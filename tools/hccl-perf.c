@@ -222,11 +222,22 @@ static result_t measure(perf_t *p, int coll, int in_place, size_t bytes, const e
     for (int w = 0; w < o->warmup; w++)
         iterate(p, coll, in_place, &s);
     if (o->time_budget > 0) {
-        /* Every rank must run the same number of iterations: size them on the slowest. */
-        CHECK(hcclBarrier(p->comm));
-        t0 = now_s();
-        iterate(p, coll, in_place, &s);
-        double one = across(p, now_s() - t0, hcclMax);
+        /* Every rank must run the same number of iterations: size them on the slowest, over
+         * runs that double until one lasts a 16th of the budget. One iteration was too short a
+         * sample where ranks share cores: a rank descheduled in it cut the count tenfold. */
+        double spent;
+        int n = 1;
+        for (;;) {
+            CHECK(hcclBarrier(p->comm));
+            t0 = now_s();
+            for (int it = 0; it < n; it++)
+                iterate(p, coll, in_place, &s);
+            spent = across(p, now_s() - t0, hcclMax);
+            if (spent >= o->time_budget / 16 || n >= 100000)
+                break;
+            n *= 2;
+        }
+        double one = spent / n;
         iters = (int)(o->time_budget / (one > 1e-9 ? one : 1e-9));
         iters = iters < 2 ? 2 : iters > 100000 ? 100000 : iters;
     }
