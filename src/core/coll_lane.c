@@ -131,7 +131,7 @@ static void lane_call_park(void *arg)
     req->op = c->op.op;
     req->root = c->op.root;
     req->seq = c->op.seq;
-    hccl_comm_count_request(comm);
+    hccl_reactor_count(comm->reactor);
     hccl_lane_replace(comm->lane, &c->op, copy);
     copy->done = lane_request_done;
     copy->arg = req;

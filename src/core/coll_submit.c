@@ -34,10 +34,10 @@ void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult
     hccl_request_complete(req, res, msg); /* req may be gone after this */
     if (comm->faults) {
         /* Before the count drops: once it is zero, a destroy may go on. */
-        if (atomic_load(&comm->outstanding) == 1)
+        if (hccl_reactor_pending(comm->reactor) == 1)
             hccl_fault_point(comm, HCCL_FAULT_AT_IDLE, seq);
     }
-    hccl_comm_uncount_request(comm);
+    hccl_reactor_uncount(comm->reactor);
 }
 
 void hccl_request_describe(const struct hcclRequest *req, bool detail, char *buf, size_t len)
@@ -339,7 +339,7 @@ hcclResult_t hccl_comm_post(struct hcclComm *comm, struct hcclRequest *req, bool
     else if (req->coll != HCCL_COLL_SEND && req->coll != HCCL_COLL_RECV)
         req->seq = atomic_fetch_add(&comm->next_seq, 1);
     req->post.fn = coll_on_post;
-    hccl_comm_count_request(comm);
+    hccl_reactor_count(comm->reactor);
     if (blocking)
         hccl_reactor_post_then_help(comm->reactor, &req->post);
     else

@@ -56,57 +56,11 @@ void hccl_comm_free(struct hcclComm *comm, bool graceful)
     hccl_fault_detach(comm);
     hccl_shrink_close(comm);
     pthread_mutex_destroy(&comm->mtx);
-    pthread_cond_destroy(&comm->cond);
     comm->magic = HCCL_COMM_DEAD;
     hccl_quarantine_free(HCCL_QUARANTINE_COMM, comm, sizeof(*comm)); /* a stale handle reads DEAD */
 }
 
 /* ---- destruction ---- */
-
-void hccl_comm_count_request(struct hcclComm *comm)
-{
-    atomic_fetch_add(&comm->outstanding, 1);
-}
-
-/*
- * A request's last step, on the reactor's work (under its progress lock). Only a waiter for
- * idle needs the lock and the signal: it counts itself in idle_waiters before it looks at the
- * count, we look at idle_waiters after our decrement (both sequentially consistent), so one
- * of us sees the other. What we touch of comm after the count is zero stays valid: destroy
- * takes the progress lock (hccl_reactor_stop) before it frees anything.
- */
-void hccl_comm_uncount_request(struct hcclComm *comm)
-{
-    if (atomic_fetch_sub(&comm->outstanding, 1) != 1 || atomic_load(&comm->idle_waiters) == 0)
-        return;
-    pthread_mutex_lock(&comm->mtx);
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->mtx);
-}
-
-static void comm_wait_idle(struct hcclComm *comm)
-{
-    pthread_mutex_lock(&comm->mtx);
-    atomic_fetch_add(&comm->idle_waiters, 1);
-    while (atomic_load(&comm->outstanding) > 0) {
-        if (hccl_reactor_is_external(comm->reactor)) {
-            pthread_mutex_unlock(&comm->mtx);
-            bool drove = hccl_reactor_drive(comm->reactor, 100);
-            pthread_mutex_lock(&comm->mtx);
-            if (!drove && atomic_load(&comm->outstanding) > 0) {
-                /* Another thread runs the caller's loop: its completions signal us; the bound
-                 * has us drive the loop ourselves once that thread leaves it. */
-                struct timespec ts;
-                hccl_abs_deadline(&ts, 10);
-                pthread_cond_timedwait(&comm->cond, &comm->mtx, &ts);
-            }
-        } else {
-            pthread_cond_wait(&comm->cond, &comm->mtx);
-        }
-    }
-    atomic_fetch_sub(&comm->idle_waiters, 1);
-    pthread_mutex_unlock(&comm->mtx);
-}
 
 /* Destroy and abort wait for the reactor, so they cannot run on it. */
 static hcclResult_t comm_check_not_in_loop(struct hcclComm *comm, const char *fn)
@@ -124,7 +78,7 @@ HCCL_API hcclResult_t hcclCommDestroy(hcclComm_t comm)
 {
     HCCL_CHECK(hccl_comm_check(comm, "hcclCommDestroy"));
     HCCL_CHECK(comm_check_not_in_loop(comm, "hcclCommDestroy"));
-    comm_wait_idle(comm);
+    hccl_reactor_wait_idle(comm->reactor);
     hccl_fault_point(comm, HCCL_FAULT_AT_DESTROY, UINT64_MAX);
     hccl_comm_free(comm, true);
     return hcclSuccess;
@@ -140,7 +94,7 @@ static void comm_on_abort(hccl_post_t *post)
     abort_item_t *item = (abort_item_t *)post;
 
     hccl_comm_cause_abort(item->comm);
-    hccl_comm_uncount_request(item->comm);
+    hccl_reactor_uncount(item->comm->reactor);
 }
 
 HCCL_API hcclResult_t hcclCommAbort(hcclComm_t comm)
@@ -151,9 +105,9 @@ HCCL_API hcclResult_t hcclCommAbort(hcclComm_t comm)
     HCCL_CHECK(comm_check_not_in_loop(comm, "hcclCommAbort"));
     item.comm = comm;
     item.post.fn = comm_on_abort;
-    hccl_comm_count_request(comm); /* the abort itself, so that the wait below covers it */
+    hccl_reactor_count(comm->reactor); /* the abort itself, so that the wait below covers it */
     hccl_reactor_post(comm->reactor, &item.post);
-    comm_wait_idle(comm);
+    hccl_reactor_wait_idle(comm->reactor);
     hccl_comm_free(comm, false);
     return hcclSuccess;
 }

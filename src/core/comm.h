@@ -153,12 +153,7 @@ struct hcclComm {
     hcclResult_t shrink_failure_res;        /* the last failed shrink this rank led, and why */
     char shrink_failure[512];
     struct hccl_cause_state *cause_state; /* owned; reactor thread (comm_cause.c) */
-    /* Requests in flight, for destroy: the last one to finish signals cond (under mtx) when
-     * idle_waiters says that a destroy or abort waits there. */
-    pthread_mutex_t mtx;
-    pthread_cond_t cond;
-    atomic_int outstanding;
-    atomic_int idle_waiters;
+    pthread_mutex_t mtx;                  /* async_msg */
 };
 
 /*
@@ -187,9 +182,6 @@ void hccl_shrink_close(struct hcclComm *comm);
  * Reactor thread: the communicator is broken. Its root cause settles with the peers first
  * (comm_cause.c), then hccl_comm_fail_now fails everything in flight and tells the peers.
  */
-/* A request starts or ends being in flight (comm.c): destroy and abort wait for none. */
-void hccl_comm_count_request(struct hcclComm *comm);
-void hccl_comm_uncount_request(struct hcclComm *comm);
 void hccl_comm_fail(struct hcclComm *comm, hcclResult_t res, const char *msg);
 void hccl_comm_fail_now(struct hcclComm *comm, hcclResult_t res, const char *msg);
 /* comm_cause.c: the root cause's state, set up with the links' callbacks (env.on_cause). */

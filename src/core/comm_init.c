@@ -263,7 +263,6 @@ static hcclResult_t comm_init(hcclComm_t *comm_p, int nranks, const hccl_id_t *i
     comm->nranks = nranks;
     atomic_init(&comm->async_error, hcclSuccess);
     pthread_mutex_init(&comm->mtx, NULL);
-    pthread_cond_init(&comm->cond, NULL);
     hccl_log_set_rank(rank);
     memset(&card, 0, sizeof(card));
     bs.setup_fd = -1;

@@ -214,7 +214,7 @@ static void dump_comm(struct hcclComm *comm, FILE *f)
     int outstanding, runs = 0;
     bool locked;
 
-    outstanding = atomic_load(&comm->outstanding);
+    outstanding = hccl_reactor_pending(comm->reactor);
     fprintf(f, "hccl state: comm %016llx rank %d of %d, %d request%s outstanding\n",
             (unsigned long long)comm->env.comm_id, comm->rank, comm->nranks, outstanding,
             outstanding == 1 ? "" : "s");

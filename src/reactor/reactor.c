@@ -258,6 +258,55 @@ int hccl_reactor_completion_fd(hccl_reactor_t *r)
     return r->completion_fd;
 }
 
+void hccl_reactor_count(hccl_reactor_t *r)
+{
+    atomic_fetch_add(&r->pending, 1);
+}
+
+/*
+ * Only a waiter for idle needs the lock and the signal: it counts itself in idle_waiters
+ * before it looks at the count, we look at idle_waiters after our decrement (both
+ * sequentially consistent), so one of us sees the other. (One count, not one here and one in
+ * the owner: each is two atomic read-modify-writes on every request's way.)
+ */
+void hccl_reactor_uncount(hccl_reactor_t *r)
+{
+    if (atomic_fetch_sub(&r->pending, 1) != 1 || atomic_load(&r->idle_waiters) == 0)
+        return;
+    pthread_mutex_lock(&r->done_mtx);
+    pthread_cond_broadcast(&r->done_cond);
+    pthread_mutex_unlock(&r->done_mtx);
+}
+
+int hccl_reactor_pending(const hccl_reactor_t *r)
+{
+    return atomic_load(&r->pending);
+}
+
+void hccl_reactor_wait_idle(hccl_reactor_t *r)
+{
+    pthread_mutex_lock(&r->done_mtx);
+    atomic_fetch_add(&r->idle_waiters, 1);
+    while (atomic_load(&r->pending) > 0) {
+        if (!r->owns_base) {
+            pthread_mutex_unlock(&r->done_mtx);
+            bool drove = hccl_reactor_drive(r, 100);
+            pthread_mutex_lock(&r->done_mtx);
+            if (!drove && atomic_load(&r->pending) > 0) {
+                /* Another thread runs the caller's loop: its completions signal us; the bound
+                 * has us drive the loop ourselves once that thread leaves it. */
+                struct timespec ts;
+                hccl_abs_deadline(&ts, 10);
+                pthread_cond_timedwait(&r->done_cond, &r->done_mtx, &ts);
+            }
+        } else {
+            pthread_cond_wait(&r->done_cond, &r->done_mtx);
+        }
+    }
+    atomic_fetch_sub(&r->idle_waiters, 1);
+    pthread_mutex_unlock(&r->done_mtx);
+}
+
 hcclResult_t hccl_reactor_add_poller(hccl_reactor_t *r, const hccl_poller_t *p)
 {
     if (r->npollers == HCCL_REACTOR_MAX_POLLERS)

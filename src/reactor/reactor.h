@@ -119,6 +119,19 @@ void hccl_timer_destroy(hccl_timer_t *t);
 /* Completion notification shared by the requests of one reactor. */
 int hccl_reactor_completion_fd(hccl_reactor_t *r);
 
+/*
+ * Work in flight, as the owner counts it (a request from its posting until after its
+ * completion, or anything else a destroy must wait for): the reactor's own decisions read it
+ * (whether to keep watching, whether a waiter leaves the polling flags set), and
+ * hccl_reactor_wait_idle waits for it to reach zero. Any thread.
+ */
+void hccl_reactor_count(hccl_reactor_t *r);
+void hccl_reactor_uncount(hccl_reactor_t *r);
+int hccl_reactor_pending(const hccl_reactor_t *r);
+/* Until nothing is counted in: driving a borrowed loop while nobody else does. Not from the
+ * reactor's own work. */
+void hccl_reactor_wait_idle(hccl_reactor_t *r);
+
 /* ---- requests (request.c) ---- */
 
 typedef void (*hccl_request_cb_t)(struct hcclRequest *req, hcclResult_t result, void *arg);
@@ -167,7 +180,7 @@ void hccl_request_release(struct hcclRequest *req);
 /*
  * Reactor side: records res (and the text, copied), runs the callback, then
  * marks done, wakes waiters and bumps the completion fd. Drops the reactor's
- * reference.
+ * reference. The owner, which counted the request in, counts it out after this.
  */
 void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char *errmsg);
 bool hccl_request_is_done(struct hcclRequest *req);

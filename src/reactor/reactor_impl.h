@@ -32,7 +32,9 @@ struct hccl_reactor {
     int64_t wait_spin_ns;          /* a driving waiter's bound: it has nothing else to do */
     bool cores_shared;             /* more ranks on this host than cores: waiters yield */
     atomic_bool polling;           /* the progress thread is spinning: posters need not ring */
-    atomic_int pending;            /* requests created and not yet complete */
+    atomic_int pending;            /* work the owner counted in and not yet out: its
+                                      requests in flight (hccl_reactor_count) */
+    atomic_int idle_waiters;       /* threads in hccl_reactor_wait_idle (done_cond) */
     hccl_poller_t pollers[HCCL_REACTOR_MAX_POLLERS];
     int npollers;
     /* Whoever runs the reactor's work holds prog_mtx (recursive: the progress thread's spin

@@ -30,7 +30,6 @@ hcclResult_t hccl_request_create(hccl_reactor_t *r, size_t ext_bytes, struct hcc
     req->reactor = r;
     hccl_reactor_retain(r); /* the wait state must outlive the communicator for this handle */
     req->state = HCCL_REQ_PENDING;
-    atomic_fetch_add(&r->pending, 1);
     *req_p = req;
     return hcclSuccess;
 }
@@ -82,7 +81,6 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
     __atomic_store_n(&req->state, HCCL_REQ_DONE, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&r->done_cond);
     pthread_mutex_unlock(&r->done_mtx);
-    atomic_fetch_sub(&r->pending, 1);
     if (count && write(fd, &one, sizeof(one)) < 0)
         HCCL_WARN("request: write(completion fd): %s", strerror(errno));
     hccl_request_release(req);

@@ -285,6 +285,47 @@ static void test_request_callback_after_completion(void **state)
     assert_int_equal(atomic_load(&c.calls), 1);
 }
 
+typedef struct {
+    hccl_reactor_t *r;
+    atomic_bool returned;
+} idle_wait_t;
+
+static void *idle_waiter(void *arg)
+{
+    idle_wait_t *w = arg;
+
+    hccl_reactor_wait_idle(w->r);
+    atomic_store(&w->returned, true);
+    return NULL;
+}
+
+static void uncount_on_reactor(void *arg)
+{
+    hccl_reactor_uncount(arg);
+}
+
+/* hccl_reactor_wait_idle returns once what was counted in is counted out, not before. */
+static void test_reactor_wait_idle(void **state)
+{
+    hccl_reactor_t *r = *state;
+    idle_wait_t w = {.r = r};
+    pthread_t t;
+
+    hccl_reactor_wait_idle(r); /* nothing counted: returns at once */
+    assert_int_equal(hccl_reactor_pending(r), 0);
+    hccl_reactor_count(r);
+    hccl_reactor_count(r);
+    assert_int_equal(hccl_reactor_pending(r), 2);
+    assert_int_equal(pthread_create(&t, NULL, idle_waiter, &w), 0);
+    run_on_reactor(r, uncount_on_reactor, r);
+    assert_int_equal(hccl_reactor_pending(r), 1);
+    assert_false(atomic_load(&w.returned)); /* one is still counted in */
+    run_on_reactor(r, uncount_on_reactor, r);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(atomic_load(&w.returned));
+    assert_int_equal(hccl_reactor_pending(r), 0);
+}
+
 /* Calling hcclWait from a callback (the reactor thread) on an unfinished request is refused. */
 typedef struct {
     hcclRequest_t other;
@@ -440,6 +481,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_request_wait_in_callback_refused, req_setup,
                                         req_teardown),
         cmocka_unit_test_setup_teardown(test_request_completion_fd, req_setup, req_teardown),
+        cmocka_unit_test_setup_teardown(test_reactor_wait_idle, req_setup, req_teardown),
         cmocka_unit_test(test_external_reactor_drive),
     };
 

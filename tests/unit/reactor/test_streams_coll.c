@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "core/comm.h" /* the outstanding count: when a collective is in flight */
+#include "core/comm.h" /* the count of work in flight: when a collective is in flight */
 #include "hccl.h"
 
 #define MAX_RANKS 4
@@ -390,9 +390,8 @@ static void body_self_abort(rank_ctx_t *c)
     /* In flight once it has its sequence number and the communicator counts it (rank 1 never
      * posts, so it stays there). */
     while (!posted) {
-        pthread_mutex_lock(&c->comm->mtx);
-        posted = atomic_load(&c->comm->next_seq) > seq0 && c->comm->outstanding > 0;
-        pthread_mutex_unlock(&c->comm->mtx);
+        posted = atomic_load(&c->comm->next_seq) > seq0 &&
+                 hccl_reactor_pending(c->comm->reactor) > 0;
         if (!posted)
             sched_yield();
     }
