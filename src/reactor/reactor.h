@@ -140,7 +140,7 @@ enum { HCCL_REQ_PENDING = 0, HCCL_REQ_COMPLETING = 1, HCCL_REQ_DONE = 2 };
 
 struct hcclRequest {
     uint32_t magic;
-    atomic_int refs;                /* the user's handle + the reactor's while pending */
+    atomic_int refs;                /* the user's handle + a completer's around the callback */
     int state;                      /* HCCL_REQ_*, written under the reactor's done lock;
                                        DONE last, with release, so it may be read without it */
     hcclResult_t result;

@@ -26,7 +26,7 @@ hcclResult_t hccl_request_create(hccl_reactor_t *r, size_t ext_bytes, struct hcc
     req->magic = HCCL_REQUEST_MAGIC;
     req->ext_bytes = ext_bytes;
     req->ext = ext_bytes ? (char *)req + REQUEST_BYTES : NULL;
-    atomic_init(&req->refs, 2); /* the user's handle and the reactor's */
+    atomic_init(&req->refs, 1); /* the user's handle (and a completer's, for a callback) */
     req->reactor = r;
     hccl_reactor_retain(r); /* the wait state must outlive the communicator for this handle */
     req->state = HCCL_REQ_PENDING;
@@ -34,9 +34,17 @@ hcclResult_t hccl_request_create(hccl_reactor_t *r, size_t ext_bytes, struct hcc
     return hcclSuccess;
 }
 
+/*
+ * References are taken only before the request is done (a completer's, around the callback),
+ * so a count of one read by the holder of a done request's handle is its own: no
+ * read-modify-write on a request's common way out.
+ */
 void hccl_request_release(struct hcclRequest *req)
 {
-    if (req && atomic_fetch_sub(&req->refs, 1) == 1) {
+    if (!req)
+        return;
+    if (atomic_load_explicit(&req->refs, memory_order_acquire) == 1 ||
+        atomic_fetch_sub(&req->refs, 1) == 1) {
         hccl_reactor_t *r = req->reactor;
         req->magic = HCCL_REQUEST_DEAD;
         hccl_free(req->errmsg);
@@ -71,6 +79,8 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
      * or sees DONE (and runs it itself); a request takes only one. */
     cb = req->cb;
     if (cb) {
+        /* The callback may drop the handle's reference (a stream's does): ours keeps req. */
+        atomic_fetch_add(&req->refs, 1);
         pthread_mutex_unlock(&r->done_mtx);
         cb(req, res, req->cb_arg);
         pthread_mutex_lock(&r->done_mtx);
@@ -81,9 +91,11 @@ void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char
     __atomic_store_n(&req->state, HCCL_REQ_DONE, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&r->done_cond);
     pthread_mutex_unlock(&r->done_mtx);
+    /* Without a callback req may be gone now: its waiter saw DONE and finished it. */
     if (count && write(fd, &one, sizeof(one)) < 0)
         HCCL_WARN("request: write(completion fd): %s", strerror(errno));
-    hccl_request_release(req);
+    if (cb)
+        hccl_request_release(req);
 }
 
 static hcclResult_t request_check(const struct hcclRequest *req, const char *fn)

@@ -285,6 +285,30 @@ static void test_request_callback_after_completion(void **state)
     assert_int_equal(atomic_load(&c.calls), 1);
 }
 
+/* A callback that drops the handle's reference (as a stream's does): the completer still
+ * holds its own until the request is done, and the last reference frees it (ASan sees a use
+ * after free or a leak). */
+static void cb_drop_handle(hcclRequest_t req, hcclResult_t result, void *arg)
+{
+    (void)result;
+    hccl_request_release(req);
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void test_request_callback_drops_handle(void **state)
+{
+    hccl_reactor_t *r = *state;
+    atomic_int calls = 0;
+
+    for (int i = 0; i < 64; i++) {
+        hcclRequest_t req = new_request(r);
+        assert_int_equal(hcclRequestSetCallback(req, cb_drop_handle, &calls), hcclSuccess);
+        post_complete(r, req, i % 2 ? hcclSuccess : hcclRemoteError, "dropped in the callback");
+    }
+    reactor_barrier(r);
+    assert_int_equal(atomic_load(&calls), 64);
+}
+
 typedef struct {
     hccl_reactor_t *r;
     atomic_bool returned;
@@ -481,6 +505,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_request_wait_in_callback_refused, req_setup,
                                         req_teardown),
         cmocka_unit_test_setup_teardown(test_request_completion_fd, req_setup, req_teardown),
+        cmocka_unit_test_setup_teardown(test_request_callback_drops_handle, req_setup,
+                                        req_teardown),
         cmocka_unit_test_setup_teardown(test_reactor_wait_idle, req_setup, req_teardown),
         cmocka_unit_test(test_external_reactor_drive),
     };
