@@ -29,13 +29,13 @@
  *
  * --compute device models the frameworks this serves, where compute runs on an
  * accelerator and the host's CPU is free meanwhile: each piece of compute (the
- * forward pass, each layer's backward) takes the time the CPU took for it
+ * forward pass, each layer's backward, the update) takes the time the CPU took for it
  * (measured first, the median of a few untimed steps) on the device's own clock,
  * and the CPU sleeps until each layer's gradient is due. As on an accelerator,
  * the device goes on to the next layer while the CPU posts the AllReduce, and
  * stalls only where a serial step waits for it. The numbers are still computed,
- * untimed, before each step's timeline starts, so the checks below hold in both
- * modes.
+ * untimed, outside the timelines (once every rank has left its own), so the checks
+ * below hold in both modes.
  *
  * Checks: the loss goes down, and at the end every rank's weights are
  * bit-identical (a hash of them AllGathered and compared). Exit 1 otherwise.
@@ -69,6 +69,7 @@ typedef enum { MODE_OVERLAP, MODE_SERIAL, MODE_COMPUTE } train_mode_t;
 typedef struct {
     double fwd_ms;
     double bwd_ms[MAX_LAYERS]; /* layer l's gradient and the delta it hands to layer l - 1 */
+    double update_ms;          /* the SGD update of every layer */
 } compute_times_t;
 
 typedef struct {
@@ -256,10 +257,23 @@ static void device_timeline(mlp_t *m, train_mode_t mode, hcclComm_t comm, hcclRe
     }
 }
 
+/* The SGD update of every layer from its averaged gradient. */
+static void sgd_update(mlp_t *m, float lr)
+{
+    for (int l = 0; l < m->layers; l++)
+        for (size_t i = 0; i < (size_t)m->width * m->width; i++)
+            m->w[l][i] -= lr * m->grad[l][i];
+}
+
 /*
  * One step; *ms_p gets its time from a barrier that starts every rank together to the end of
- * the update. With ct (--compute device) the numbers are computed before that barrier and the
- * timeline waits instead; without, it computes.
+ * the update. With ct (--compute device) the numbers are computed outside the timed stretch
+ * and the timeline waits instead, the update included; without, it computes. The CPU work
+ * that stands in for the device's is done only once every rank has left its timed stretch
+ * (the barrier at the end): on an accelerator it would not take the cores from a rank still
+ * finishing its last AllReduce, and done early by a rank that finished first, it did (the
+ * rest of that rank's step, a hundred milliseconds of CPU at 16 layers, on cores shared by
+ * ranks still waiting).
  */
 static void train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *seed,
                        const compute_times_t *ct, double *ms_p)
@@ -284,10 +298,15 @@ static void train_step(mlp_t *m, train_mode_t mode, hcclComm_t comm, uint64_t *s
         backward(m, mode, comm, reqs, NULL);
     }
     CHECK(hcclWaitAll(m->layers, reqs)); /* the optimizer needs every averaged gradient */
-    for (int l = 0; l < m->layers; l++)
-        for (size_t i = 0; i < (size_t)m->width * m->width; i++)
-            m->w[l][i] -= lr * m->grad[l][i];
+    if (!ct) {
+        sgd_update(m, lr);
+        *ms_p = now_ms() - t0;
+        return;
+    }
+    sleep_until(now_ms() + ct->update_ms);
     *ms_p = now_ms() - t0;
+    CHECK(hcclBarrier(comm));
+    sgd_update(m, lr);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -336,7 +355,7 @@ static void time_modes(mlp_t *m, hcclComm_t comm, int iters, uint64_t *seed,
 static void measure_compute(mlp_t *m, hcclComm_t comm, uint64_t *seed, compute_times_t *ct)
 {
     enum { N = 5 };
-    double t[MAX_LAYERS + 1][N];
+    double t[MAX_LAYERS + 2][N]; /* each layer's backward, the forward, the update */
     hcclRequest_t reqs[MAX_LAYERS];
 
     for (int k = 0; k < N; k++) {
@@ -348,14 +367,19 @@ static void measure_compute(mlp_t *m, hcclComm_t comm, uint64_t *seed, compute_t
         backward(m, MODE_COMPUTE, comm, reqs, bwd);
         for (int l = 0; l < m->layers; l++)
             t[l][k] = bwd[l];
+        t0 = now_ms();
+        sgd_update(m, 0.0f);
+        t[MAX_LAYERS + 1][k] = now_ms() - t0;
     }
     qsort(t[MAX_LAYERS], N, sizeof(double), cmp_double);
     ct->fwd_ms = t[MAX_LAYERS][N / 2];
+    qsort(t[MAX_LAYERS + 1], N, sizeof(double), cmp_double);
+    ct->update_ms = t[MAX_LAYERS + 1][N / 2];
     for (int l = 0; l < m->layers; l++) {
         qsort(t[l], N, sizeof(double), cmp_double);
         ct->bwd_ms[l] = t[l][N / 2];
     }
-    CHECK(hcclAllReduce(ct, ct, 1 + MAX_LAYERS, hcclFloat64, hcclMax, comm));
+    CHECK(hcclAllReduce(ct, ct, sizeof(*ct) / sizeof(double), hcclFloat64, hcclMax, comm));
 }
 
 static uint64_t weights_hash(const mlp_t *m)
