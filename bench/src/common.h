@@ -15,9 +15,10 @@
  *          mean over ranks is reported (as nccl-tests and hccl-perf do).
  *   iters  one checked call first (slower than -G s: reported alone, and the
  *          larger sizes of that collective skipped), warm-up calls (see
- *          warmups()), whose mean time on the slowest rank gives with -T the
- *          count of timed calls that fills T seconds (at least 2, as
- *          hccl-perf), else -n.
+ *          warmups()), then with -T runs of 1, 2, 4, ... calls until one
+ *          lasts a 16th of T (sized_enough()), whose rate on the slowest rank
+ *          gives the count of timed calls that fills T seconds (at least 2),
+ *          as hccl-perf sizes them; else -n.
  */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
@@ -214,14 +215,21 @@ static int timed_iters(const struct opts *o, double est_s)
     return want < 2 ? 2 : want > 100000 ? 100000 : (int)want;
 }
 
-/* Warm-up calls after a first call of first_s seconds: -w, but with -T at
- * least one, whose time sizes the timed loop (hccl-perf times one call for
- * that), and only one when -w of them would take longer than T. */
+/* Warm-up calls after a first call of first_s seconds: -w, but with -T only
+ * one when -w of them would take longer than T. */
 static int warmups(const struct opts *o, double first_s)
 {
-    if (o->budget > 0 && (o->warm < 1 || o->warm * first_s > o->budget))
+    if (o->budget > 0 && o->warm > 1 && o->warm * first_s > o->budget)
         return 1;
     return o->warm;
+}
+
+/* With -T: a sizing run of n calls that took spent_s on the slowest rank is
+ * long enough (a 16th of T; one call was too short a sample where ranks
+ * share cores, as a rank descheduled in it cut the count tenfold). */
+static int sized_enough(const struct opts *o, double spent_s, int n)
+{
+    return spent_s >= o->budget / 16 || n >= 100000;
 }
 
 #define CSV_HEADER "collective,size,count,type,redop,root,placement,time_us,algbw,busbw,wrong,nranks,algo\n"

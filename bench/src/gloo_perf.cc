@@ -167,12 +167,18 @@ int main(int argc, char **argv)
                 if (!slow) {
                     int warm = warmups(&o, first);
                     double est = first;
-                    if (warm > 0) {
+                    for (int i = 0; i < warm; i++)
+                        run(coll, s, r, chunk, o.root, rs.get());
+                    for (int n = 1; o.budget > 0; n *= 2) {
                         barrier();
                         t0 = now_s();
-                        for (int i = 0; i < warm; i++)
+                        for (int i = 0; i < n; i++)
                             run(coll, s, r, chunk, o.root, rs.get());
-                        est = over_ranks((now_s() - t0) / warm, dmax);
+                        double spent = over_ranks(now_s() - t0, dmax);
+                        if (sized_enough(&o, spent, n)) {
+                            est = spent / n;
+                            break;
+                        }
                     }
                     int iters = timed_iters(&o, est);
                     barrier();

@@ -6,8 +6,8 @@
  *   mpirun -np 4 mpi_perf.ompi -C all -b 8 -e 256M -f 4 -w 5 -n 200 -T 0.05 --csv
  *
  * Per collective and size: fill the buffers, one call that is checked
- * (and timed: -G), -w warm-up calls (their mean, on the slowest rank, sizes
- * -T), a barrier, the timed calls, a second check.  The algo column says "default": the
+ * (and timed: -G), -w warm-up calls, with -T the sizing runs (common.h),
+ * a barrier, the timed calls, a second check.  The algo column says "default": the
  * MPI picks its algorithm itself (Open MPI's coll/tuned, MPICH's CVARs).
  * -z 0 times the non-blocking forms (MPI_Iallreduce & co.) each followed by
  * MPI_Wait, the counterpart of hccl-perf's Async + hcclWait.
@@ -114,12 +114,18 @@ int main(int argc, char **argv)
             if (!slow) {
                 int warm = warmups(&o, first);
                 double est = first;
-                if (warm > 0) {
+                for (int i = 0; i < warm; i++)
+                    run(coll, s, r, chunk, o.root);
+                for (int n = 1; o.budget > 0; n *= 2) {
                     MPI_Barrier(MPI_COMM_WORLD);
                     t0 = now_s();
-                    for (int i = 0; i < warm; i++)
+                    for (int i = 0; i < n; i++)
                         run(coll, s, r, chunk, o.root);
-                    est = over_ranks((now_s() - t0) / warm, MPI_MAX);
+                    double spent = over_ranks(now_s() - t0, MPI_MAX);
+                    if (sized_enough(&o, spent, n)) {
+                        est = spent / n;
+                        break;
+                    }
                 }
                 int iters = timed_iters(&o, est);
                 MPI_Barrier(MPI_COMM_WORLD);
