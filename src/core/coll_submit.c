@@ -37,6 +37,8 @@ void hccl_coll_finish(struct hcclComm *comm, struct hcclRequest *req, hcclResult
         if (hccl_reactor_pending(comm->reactor) == 1)
             hccl_fault_point(comm, HCCL_FAULT_AT_IDLE, seq);
     }
+    /* Last: what this touches of comm stays valid once the count is zero, since destroy takes
+     * the progress lock that this reactor work holds (hccl_reactor_stop) before it frees. */
     hccl_reactor_uncount(comm->reactor);
 }
 
