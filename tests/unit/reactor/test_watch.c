@@ -113,6 +113,25 @@ static hccl_reactor_t *start_watched(fake_link_t *l, hccl_post_t *first)
     return r;
 }
 
+/* A call's request, counted in flight as its communicator counts it (hccl_comm_post): the
+ * watch and a stopping waiter decide by that count. */
+static struct hcclRequest *call_request(hccl_reactor_t *r)
+{
+    struct hcclRequest *req = NULL;
+
+    assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess);
+    hccl_reactor_count(r);
+    return req;
+}
+
+/* The call ends as its communicator ends it (hccl_coll_finish). */
+static void call_finish(hccl_reactor_t *r, struct hcclRequest *req)
+{
+    hccl_request_complete(req, hcclSuccess, NULL);
+    hccl_reactor_uncount(r);
+    hccl_request_release(req);
+}
+
 /*
  * The flags left set (no peer would ring) and the work let go: the call's input arrives while
  * its caller computes, and the progress thread takes it. Then the request ends, and r.
@@ -125,8 +144,7 @@ static void finish_on_thread(hccl_reactor_t *r, fake_link_t *l, struct hcclReque
     atomic_store(&l->arrived, 1);
     assert_true(wait_taken(l));
     assert_false(pthread_equal(l->taken_on, pthread_self()));
-    hccl_request_complete(req, hcclSuccess, NULL);
-    hccl_request_release(req);
+    call_finish(r, req);
     hccl_reactor_destroy(r);
 }
 
@@ -135,7 +153,7 @@ static void test_watch_takes_over(void **state)
     hccl_reactor_t *r;
     fake_link_t l = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
     hccl_post_t first = {.fn = count_run}, second = {.fn = count_run};
-    struct hcclRequest *req = NULL;
+    struct hcclRequest *req;
 
     (void)state;
     r = start_watched(&l, &first);
@@ -143,7 +161,7 @@ static void test_watch_takes_over(void **state)
     /* Again, now watched (the work is ours, recursively, so the watch cannot fire meanwhile):
      * the post leaves the flags set, so a peer would not ring. */
     assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
-    assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess); /* the call's request */
+    req = call_request(r); /* the call's request */
     hccl_reactor_post_and_start(r, &second);
     finish_on_thread(r, &l, req);
 }
@@ -158,11 +176,11 @@ static void test_watch_after_wait_with_calls_in_flight(void **state)
     hccl_reactor_t *r;
     fake_link_t l = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
     hccl_post_t first = {.fn = count_run};
-    struct hcclRequest *req = NULL;
+    struct hcclRequest *req;
 
     (void)state;
     r = start_watched(&l, &first);
-    assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess); /* still in flight */
+    req = call_request(r); /* still in flight */
     assert_true(hccl_reactor_help_until(r, &(hccl_help_t){done_at_once, NULL, NULL}));
     finish_on_thread(r, &l, req);
 }
@@ -188,12 +206,12 @@ static void test_watch_waiter_gives_up(void **state)
     hccl_reactor_t *r;
     fake_link_t l = {.mtx = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
     hccl_post_t first = {.fn = count_run};
-    struct hcclRequest *req = NULL;
+    struct hcclRequest *req;
     atomic_int gave_up = 0;
 
     (void)state;
     r = start_watched(&l, &first);
-    assert_int_equal(hccl_request_create(r, 0, &req), hcclSuccess); /* the call waited for */
+    req = call_request(r); /* the call waited for */
     assert_true(hccl_reactor_help_until(r, &(hccl_help_t){never_done, note_give_up, &gave_up}));
     assert_true(atomic_load(&gave_up));
     assert_true(atomic_load(&r->watch_armed));
@@ -204,8 +222,7 @@ static void test_watch_waiter_gives_up(void **state)
     hccl_reactor_wake(r); /* as the waiter does before it sleeps (request.c) */
     assert_true(wait_taken(&l));
     assert_false(pthread_equal(l.taken_on, pthread_self()));
-    hccl_request_complete(req, hcclSuccess, NULL);
-    hccl_request_release(req);
+    call_finish(r, req);
     hccl_reactor_destroy(r);
 }
 
