@@ -179,8 +179,9 @@ hcclResult_t hccl_request_create(hccl_reactor_t *r, size_t ext_bytes, struct hcc
 void hccl_request_release(struct hcclRequest *req);
 /*
  * Reactor side: records res (and the text, copied), runs the callback, then
- * marks done, wakes waiters and bumps the completion fd. Drops the reactor's
- * reference. The owner, which counted the request in, counts it out after this.
+ * marks done, wakes waiters and bumps the completion fd. Without a callback it
+ * does not touch req once it is done (its waiter may free it then). The owner,
+ * which counted the request in, counts it out after this.
  */
 void hccl_request_complete(struct hcclRequest *req, hcclResult_t res, const char *errmsg);
 bool hccl_request_is_done(struct hcclRequest *req);

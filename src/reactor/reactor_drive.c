@@ -224,11 +224,9 @@ static void reactor_arm_watch(hccl_reactor_t *r)
      * waiter usually holds it while its call runs, and waiting for it here cost a futex sleep
      * and wake-up per period. */
     pthread_mutex_lock(&r->prog_mtx);
-    if (!atomic_load(&r->watch_armed)) {
-        atomic_store(&r->watch_armed, true);
-        r->quiet_posts = 0;
-        r->drives_at_watch = r->drives;
-    }
+    atomic_store(&r->watch_armed, true);
+    r->quiet_posts = 0;
+    r->drives_at_watch = r->drives;
     pthread_mutex_unlock(&r->prog_mtx);
 }
 
