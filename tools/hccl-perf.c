@@ -223,8 +223,8 @@ static result_t measure(perf_t *p, int coll, int in_place, size_t bytes, const e
         iterate(p, coll, in_place, &s);
     if (o->time_budget > 0) {
         /* Every rank must run the same number of iterations: size them on the slowest, over
-         * runs that double until one lasts a 16th of the budget. One iteration was too short a
-         * sample where ranks share cores: a rank descheduled in it cut the count tenfold. */
+         * runs that double until one lasts a 16th of the budget. One iteration is too short a
+         * sample where ranks share cores: whether a rank was descheduled in it sets the count. */
         double spent;
         int n = 1;
         for (;;) {
