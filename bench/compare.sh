@@ -35,8 +35,9 @@ quick)
     budget=0.02 warm=2 guard=1 run_limit=300 quiet_def=10 ;;
 full)
     nranks_def="2 4 8" sizes=(-b 8 -e 256M -f 2) limit_sizes=4K,16K,64K,256K,1M,4M,16M,64M,256M
-    # -w 0: hccl-perf's sizing call (-T) and the peers' checked first call
-    # come before the timed calls anyway; at 256 MiB a call costs a second.
+    # -w 0: the sizing runs of -T (at least one call, in hccl-perf and the
+    # peers) and the peers' checked first call come before the timed calls
+    # anyway; at 256 MiB a call costs a second.
     budget=0.02 warm=0 guard=2 run_limit=900 quiet_def=20 ;;
 *)
     echo "usage: $0 [quick|full]" >&2
