@@ -23,7 +23,7 @@ hcclResult_t hccl_algo_recdbl_allreduce(int rank, int nranks, const hccl_coll_sh
     hccl_bref_t send = hccl_bref(HCCL_SLOT_SEND, 0), recv = hccl_bref(HCCL_SLOT_RECV, 0);
     hccl_bref_t scratch = hccl_bref(HCCL_SLOT_SCRATCH, 0);
     int pof2 = 1, rem, v;
-    uint32_t last, id, rid, sid, prev_reduce = UINT32_MAX;
+    uint32_t last = UINT32_MAX, id, rid, sid, prev_reduce = UINT32_MAX;
 
     while (pof2 * 2 <= nranks)
         pof2 *= 2;
@@ -44,20 +44,27 @@ hcclResult_t hccl_algo_recdbl_allreduce(int rank, int nranks, const hccl_coll_sh
         HCCL_CHECK_GOTO(hccl_plan_dep(p, rid, last), res, err);
         prev_reduce = last; /* it reads scratch: round 0 may not receive into it before */
         v = rank / 2;
-    } else {
+    } else if (pof2 == 1) {
         HCCL_CHECK_GOTO(hccl_plan_copy(p, recv, send, bytes, &last), res, err);
+        v = rank - rem;
+    } else {
+        /* Round 0 sends SEND and sums into RECV: no copy first, and out of place nothing this
+         * rank writes is what the peer reads (exec_policy.c, hccl_exec_rewritten_flag). */
         v = rank - rem;
     }
     for (int k = 0; (1 << k) < pof2; k++) {
         int peer = real_rank(v ^ (1 << k), rem);
         uint32_t tag = TAG_ROUND0 + (uint32_t)k;
         bool final = (2 << k) >= pof2;
+        hccl_bref_t mine = last == UINT32_MAX ? send : recv;
 
-        HCCL_CHECK_GOTO(hccl_plan_send(p, peer, tag, recv, bytes, &sid), res, err);
+        HCCL_CHECK_GOTO(hccl_plan_send(p, peer, tag, mine, bytes, &sid), res, err);
         HCCL_CHECK_GOTO(hccl_plan_recv(p, peer, tag, scratch, bytes, &rid), res, err);
-        HCCL_CHECK_GOTO(hccl_plan_reduce(p, recv, recv, scratch, bytes,
-                                         final ? HCCL_STEP_FINAL_DIV : 0, &id), res, err);
-        HCCL_CHECK_GOTO(hccl_plan_dep(p, last, sid), res, err);
+        HCCL_CHECK_GOTO(
+            hccl_plan_reduce(p, recv, mine, scratch, bytes, final ? HCCL_STEP_FINAL_DIV : 0, &id),
+            res, err);
+        if (last != UINT32_MAX)
+            HCCL_CHECK_GOTO(hccl_plan_dep(p, last, sid), res, err);
         HCCL_CHECK_GOTO(hccl_plan_dep(p, rid, id), res, err);
         HCCL_CHECK_GOTO(hccl_plan_dep(p, sid, id), res, err); /* the send reads what we overwrite */
         if (prev_reduce != UINT32_MAX)
