@@ -130,9 +130,6 @@ void hccl_store_copy(void *dst, const void *src, size_t n);
 
 /* Monotonic milliseconds. */
 int64_t hccl_now_ms(void);
-/* Never less than hccl_now_ms(), at most a clock tick and 1 ms more, for a quarter of its cost:
- * for deadlines set on every call, where a tick late does not matter and early would. */
-int64_t hccl_now_ms_bound(void);
 /* CLOCK_MONOTONIC in ns, for timing short spans. */
 int64_t hccl_now_ns(void);
 /* *ts = CLOCK_REALTIME now + ms: the absolute deadline pthread's timed waits take. */

@@ -92,23 +92,6 @@ int64_t hccl_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t hccl_now_ms_bound(void)
-{
-    static _Atomic int64_t tick_ms = -1; /* the coarse clock's resolution, rounded up */
-    int64_t tick = atomic_load_explicit(&tick_ms, memory_order_relaxed);
-    struct timespec ts;
-
-    if (tick < 0) {
-        if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts) != 0)
-            return hccl_now_ms();
-        tick = (int64_t)ts.tv_sec * 1000 + (ts.tv_nsec + 999999) / 1000000;
-        atomic_store_explicit(&tick_ms, tick, memory_order_relaxed);
-    }
-    /* The coarse clock is the monotonic clock as of the last tick: behind it by less than one. */
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + tick + 1;
-}
-
 int64_t hccl_now_ns(void)
 {
     struct timespec ts;

@@ -288,7 +288,7 @@ hcclResult_t hccl_coll_arm_timeout(struct hcclComm *comm, struct hcclRequest *re
         return hcclSuccess;
     if (!comm->exec_timer)
         HCCL_CHECK(hccl_timer_create(comm->reactor, coll_on_exec_timer, comm, &comm->exec_timer));
-    req->deadline_ms = hccl_now_ms_bound() + comm->params.exec_timeout_ms;
+    req->deadline_ms = hccl_now_ms() + comm->params.exec_timeout_ms;
     req->timed_prev = comm->timed_tail;
     req->timed_next = NULL;
     *(comm->timed_tail ? &comm->timed_tail->timed_next : &comm->timed_head) = req;

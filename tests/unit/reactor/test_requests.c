@@ -350,23 +350,6 @@ static void test_reactor_wait_idle(void **state)
     assert_int_equal(hccl_reactor_pending(r), 0);
 }
 
-/* The deadline clock is never behind the monotonic clock, and not ahead by more than a tick
- * of the coarse clock and a millisecond. */
-static void test_now_ms_bound(void **state)
-{
-    struct timespec res;
-    int64_t tick_ms;
-
-    (void)state;
-    assert_int_equal(clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
-    tick_ms = (int64_t)res.tv_sec * 1000 + (res.tv_nsec + 999999) / 1000000;
-    for (int i = 0; i < 100000; i++) {
-        int64_t before = hccl_now_ms(), bound = hccl_now_ms_bound(), after = hccl_now_ms();
-        assert_true(bound >= before);
-        assert_true(bound <= after + tick_ms + 1);
-    }
-}
-
 /* Calling hcclWait from a callback (the reactor thread) on an unfinished request is refused. */
 typedef struct {
     hcclRequest_t other;
@@ -525,7 +508,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_request_callback_drops_handle, req_setup,
                                         req_teardown),
         cmocka_unit_test_setup_teardown(test_reactor_wait_idle, req_setup, req_teardown),
-        cmocka_unit_test(test_now_ms_bound),
         cmocka_unit_test(test_external_reactor_drive),
     };
 
