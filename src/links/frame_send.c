@@ -91,7 +91,8 @@ static void framer_tx_next(hccl_framer_t *s)
         s->tx_timed = x != NULL && s->count_sender_copy;
         if (!x) {
             x = hccl_xfer_queue_pop(&s->txq);
-            rndv = x->len >= s->rndv_threshold || framer_over_cap(s, x->len);
+            rndv = (x->len >= s->rndv_threshold && !(x->rewritten && s->io->rndv_read)) ||
+                   framer_over_cap(s, x->len);
             addr = rndv ? (uint64_t)(uintptr_t)x->buf : 0;
         }
         if (!rndv && s->eager_cap && framer_offers_taken(s))

@@ -98,6 +98,11 @@ struct hccl_xfer {
     /* Receives: an offered message is read single-copy, not pulled through the wire, whatever
      * the link's timing of the two ways says (frame.h, pull_max). */
     bool read_direct;
+    /* Sends: the sender writes buf again soon (a result, scratch, what the next call writes):
+     * links with a single-copy read send it through their wire instead of offering it, as the
+     * peer's read would take the lines from this CPU's cache just before they are written
+     * back (docs/performance.md). Messages the flow control holds back are offered still. */
+    bool rewritten;
     /* link-private */
     hccl_xfer_t *next;
     size_t moved;           /* bytes moved when done (checked by the link tests) */

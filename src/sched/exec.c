@@ -278,6 +278,8 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
      * copies then run beside the sender's, and streamed they are slower. Copies stream even
      * where their result is sent on: keeping those plain gains nothing (docs/performance.md). */
     x->store = !is_send && run->store && !(s->flags & HCCL_STEP_FORWARDED) && run->plan->nsends > 0;
+    if (is_send)
+        x->rewritten = (s->flags & run->rewritten_flag) != 0;
     if (!is_send) {
         uint32_t rid = hccl_exec_fusable_reduce(run, s, c);
         x->read_direct = run->read_direct && !(s->flags & HCCL_STEP_FORWARDED);
@@ -407,6 +409,7 @@ hcclResult_t hccl_exec_start_sig(hccl_exec_t *ex, hccl_plan_t *plan, uint64_t se
     run->store = past_cache && plan->nreduces == 0;
     run->store_reduced = past_cache && plan->nsends == 0 && plan->op != hcclAvg;
     run->read_direct = hccl_exec_reads_direct(plan, sendbuf, recvbuf);
+    run->rewritten_flag = hccl_exec_rewritten_flag(plan, sendbuf, recvbuf);
     run->base[HCCL_SLOT_SEND] = (char *)(uintptr_t)sendbuf;
     run->base[HCCL_SLOT_RECV] = recvbuf;
     run->base[HCCL_SLOT_SCRATCH] = run->uses_big ? ex->big : run->scratch;

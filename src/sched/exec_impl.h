@@ -61,6 +61,7 @@ struct hccl_run {
     bool store;       /* results stored past the cache (hccl_exec_set_store_min) */
     bool store_reduced; /* so are its final reductions' results (a Reduce root's: run_reduce) */
     bool read_direct; /* receives read single-copy (hccl_exec_reads_direct) */
+    unsigned rewritten_flag; /* sends with it are xfer.rewritten (hccl_exec_rewritten_flag) */
     bool failed;
     bool finishing;
     hcclResult_t res;
@@ -85,6 +86,9 @@ size_t hccl_exec_footprint(const hccl_plan_t *p, const void *sendbuf, const void
 /* Whether a run's receives (but those sent on) read offered messages single-copy instead of
  * the link's timed choice: where this rank sends as it receives (exec_policy.c). */
 bool hccl_exec_reads_direct(const hccl_plan_t *plan, const void *sendbuf, const void *recvbuf);
+/* The step flag that marks a run's sends xfer.rewritten, or 0 (exec_policy.c). */
+unsigned hccl_exec_rewritten_flag(const hccl_plan_t *plan, const void *sendbuf,
+                                  const void *recvbuf);
 
 static inline bool bref_eq(hccl_bref_t a, hccl_bref_t b)
 {

@@ -93,3 +93,20 @@ bool hccl_exec_reads_direct(const hccl_plan_t *plan, const void *sendbuf, const 
     return plan->nsends > 0 && (!exec_in_place(plan, sendbuf, recvbuf) ||
                                 plan->recv_bytes >= READ_DIRECT_IN_PLACE_MIN);
 }
+
+/*
+ * The step flag that marks a run's sends xfer.rewritten (0: none), below the same line: those
+ * whose bytes the run writes (HCCL_STEP_SRC_WRITTEN, in place _IN_PLACE), which the next call
+ * with these buffers writes again too. A peer that reads them single-copy takes their lines
+ * from this CPU's cache, and writing them then takes each line back, which cost more than the
+ * copy the read saves below the line (docs/performance.md, *Pull or single-copy read*). What
+ * only the caller writes (the send buffer out of place, this rank's block of an in-place
+ * AllGather) stays offered.
+ */
+unsigned hccl_exec_rewritten_flag(const hccl_plan_t *plan, const void *sendbuf, const void *recvbuf)
+{
+    if (plan->recv_bytes >= READ_DIRECT_IN_PLACE_MIN)
+        return 0;
+    return exec_in_place(plan, sendbuf, recvbuf) ? HCCL_STEP_SRC_WRITTEN_IN_PLACE
+                                                 : HCCL_STEP_SRC_WRITTEN;
+}

@@ -201,6 +201,31 @@ static int span_cmp(const void *x, const void *y)
     return a->key < b->key ? -1 : a->key > b->key;
 }
 
+/* Sorts spans and makes each end the furthest end of the spans up to it (for span_hit). */
+static void spans_prepare(plan_span_t *spans, size_t n)
+{
+    qsort(spans, n, sizeof(*spans), span_cmp);
+    for (size_t k = 1; k < n; k++)
+        if (spans[k].end < spans[k - 1].end)
+            spans[k].end = spans[k - 1].end;
+}
+
+/* Whether [first, last) overlaps one of the prepared spans. */
+static bool span_hit(const plan_span_t *spans, size_t n, uint64_t first, uint64_t last)
+{
+    size_t lo = 0, hi = n;
+
+    /* the spans that start before our end: does the furthest of them reach past our start? */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (spans[mid].key < last)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && spans[lo - 1].end > first;
+}
+
 /*
  * Marks HCCL_STEP_FORWARDED the receives whose bytes a send of the plan reads (through RECV or
  * SCRATCH; a send from SEND reads the caller's input): their data is read again soon, so
@@ -227,31 +252,78 @@ static hcclResult_t plan_mark_forwarded(hccl_plan_t *p)
             sends[n++] = (plan_span_t){key, key + s->bytes};
         }
     }
-    qsort(sends, n, sizeof(*sends), span_cmp);
-    /* end becomes the furthest end of the sends up to each one */
-    for (size_t k = 1; k < n; k++)
-        if (sends[k].end < sends[k - 1].end)
-            sends[k].end = sends[k - 1].end;
+    spans_prepare(sends, n);
     for (uint32_t i = 0; i < p->nsteps && n > 0; i++) {
         hccl_step_t *s = &p->steps[i];
-        size_t lo = 0, hi = n;
-        uint64_t first, last;
-        if (s->kind != HCCL_STEP_RECV || s->bytes == 0)
-            continue;
-        first = (uint64_t)s->dst.slot << 58 | s->dst.off;
-        last = first + s->bytes;
-        /* the sends that start before our end: does the furthest of them reach past our start? */
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (sends[mid].key < last)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo > 0 && sends[lo - 1].end > first)
+        uint64_t first = (uint64_t)s->dst.slot << 58 | s->dst.off;
+        if (s->kind == HCCL_STEP_RECV && s->bytes > 0 &&
+            span_hit(sends, n, first, first + s->bytes))
             s->flags |= HCCL_STEP_FORWARDED;
     }
     hccl_free(sends);
+    return hcclSuccess;
+}
+
+/* A span's key where SEND is part of RECV at in_place_off (UINT64_MAX: keep the slots apart). */
+static uint64_t span_key(hccl_bref_t b, uint64_t in_place_off)
+{
+    if (b.slot == HCCL_SLOT_SEND && in_place_off != UINT64_MAX)
+        return (uint64_t)HCCL_SLOT_RECV << 58 | (b.off + in_place_off);
+    return (uint64_t)b.slot << 58 | b.off;
+}
+
+/*
+ * Marks the sends whose bytes a step of the plan writes (a receive, reduce or copy):
+ * HCCL_STEP_SRC_WRITTEN with the slots apart, HCCL_STEP_SRC_WRITTEN_IN_PLACE with SEND where
+ * the API's in-place forms put it in RECV (at 0 where the two are the same size, at the
+ * rank's block where RECV holds a block per rank), where a copy from SEND to the same bytes
+ * writes nothing.
+ */
+static hcclResult_t plan_mark_rewritten(hccl_plan_t *p)
+{
+    uint64_t in_place_off = p->recv_bytes == p->send_bytes ? 0
+                            : p->recv_bytes == (size_t)p->nranks * p->send_bytes
+                                ? (uint64_t)p->rank * p->send_bytes
+                                : UINT64_MAX;
+    plan_span_t *apart = hccl_malloc(((size_t)p->nsteps + 1) * sizeof(*apart));
+    plan_span_t *joined = hccl_malloc(((size_t)p->nsteps + 1) * sizeof(*joined));
+    size_t na = 0, nj = 0;
+
+    if (!apart || !joined) {
+        hccl_free(apart);
+        hccl_free(joined);
+        return HCCL_FAIL(hcclSystemError, "plan %s: out of memory for %u steps", p->algo,
+                         p->nsteps);
+    }
+    for (uint32_t i = 0; i < p->nsteps; i++) {
+        const hccl_step_t *s = &p->steps[i];
+        uint64_t key;
+        if (s->kind == HCCL_STEP_SEND || s->bytes == 0)
+            continue;
+        key = span_key(s->dst, UINT64_MAX);
+        apart[na++] = (plan_span_t){key, key + s->bytes};
+        key = span_key(s->dst, in_place_off);
+        if (in_place_off != UINT64_MAX &&
+            !(s->kind == HCCL_STEP_COPY && span_key(s->src, in_place_off) == key))
+            joined[nj++] = (plan_span_t){key, key + s->bytes};
+    }
+    spans_prepare(apart, na);
+    spans_prepare(joined, nj);
+    for (uint32_t i = 0; i < p->nsteps; i++) {
+        hccl_step_t *s = &p->steps[i];
+        uint64_t key;
+        s->flags &= (uint8_t) ~(HCCL_STEP_SRC_WRITTEN | HCCL_STEP_SRC_WRITTEN_IN_PLACE);
+        if (s->kind != HCCL_STEP_SEND || s->bytes == 0)
+            continue;
+        key = span_key(s->src, UINT64_MAX);
+        if (span_hit(apart, na, key, key + s->bytes))
+            s->flags |= HCCL_STEP_SRC_WRITTEN;
+        key = span_key(s->src, in_place_off);
+        if (in_place_off != UINT64_MAX && span_hit(joined, nj, key, key + s->bytes))
+            s->flags |= HCCL_STEP_SRC_WRITTEN_IN_PLACE;
+    }
+    hccl_free(apart);
+    hccl_free(joined);
     return hcclSuccess;
 }
 
@@ -298,6 +370,7 @@ hcclResult_t hccl_plan_finalize(hccl_plan_t *p, size_t send_bytes, size_t recv_b
     p->send_bytes = send_bytes;
     p->recv_bytes = recv_bytes;
     HCCL_CHECK(plan_mark_forwarded(p));
+    HCCL_CHECK(plan_mark_rewritten(p));
     p->succ = hccl_malloc(((size_t)p->nedges + 1) * sizeof(*p->succ));
     fill = hccl_calloc((size_t)p->nsteps + 1, sizeof(*fill));
     if (!p->succ || !fill) {

@@ -75,6 +75,9 @@ typedef struct {
 
 #define HCCL_STEP_FINAL_DIV 1u /* reduce or copy: divide the result by nranks (hcclAvg) */
 #define HCCL_STEP_FORWARDED 2u /* recv: a send of the plan reads what it wrote (set by finalize) */
+/* send: a step of the plan writes what it reads, SEND and RECV apart / in place (finalize) */
+#define HCCL_STEP_SRC_WRITTEN 4u
+#define HCCL_STEP_SRC_WRITTEN_IN_PLACE 8u
 
 typedef struct hccl_step {
     uint8_t kind;          /* hccl_step_kind_t */

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "plan_helpers.h"
+#include "sched/exec_impl.h"
 #include "sched/sched.h"
 
 static bool has_succ(const hccl_plan_t *p, uint32_t from, uint32_t to)
@@ -141,6 +142,66 @@ static void test_finalize_forwarded(void **state)
     assert_true(p->steps[r[4]].flags & HCCL_STEP_FORWARDED);
     assert_true(p->steps[r[5]].flags & HCCL_STEP_FORWARDED);
     assert_true(p->steps[r[6]].flags & HCCL_STEP_FORWARDED);
+    hccl_plan_release(p);
+}
+
+/*
+ * finalize marks the sends whose bytes a step writes: SEND and RECV apart, and in place, where
+ * SEND is RECV's block rank (one block per rank) or all of RECV (the same size), and a copy from
+ * SEND to the same bytes writes nothing. The executor marks by the first out of place, by the
+ * second in place, and by neither from 1 MiB.
+ */
+static void test_finalize_rewritten(void **state)
+{
+    hccl_plan_t *p = new_plan(1, 3);
+    uint32_t s[3], id;
+    char buf[48];
+
+    (void)state;
+    /* A block per rank (16 bytes), rank 1's at RECV 16..32. */
+    assert_int_equal(hccl_plan_copy(p, hccl_bref(HCCL_SLOT_RECV, 16), hccl_bref(HCCL_SLOT_SEND, 0),
+                                    16, &id), hcclSuccess);
+    assert_int_equal(hccl_plan_send(p, 2, 0, hccl_bref(HCCL_SLOT_SEND, 0), 16, &s[0]), hcclSuccess);
+    assert_int_equal(hccl_plan_recv(p, 0, 1, hccl_bref(HCCL_SLOT_RECV, 0), 16, &id), hcclSuccess);
+    assert_int_equal(hccl_plan_send(p, 2, 1, hccl_bref(HCCL_SLOT_RECV, 4), 8, &s[1]), hcclSuccess);
+    assert_int_equal(hccl_plan_send(p, 2, 2, hccl_bref(HCCL_SLOT_RECV, 32), 16, &s[2]),
+                     hcclSuccess);
+    assert_int_equal(hccl_plan_finalize(p, 16, 48), hcclSuccess);
+    assert_int_equal(p->steps[s[0]].flags & (HCCL_STEP_SRC_WRITTEN | HCCL_STEP_SRC_WRITTEN_IN_PLACE),
+                     0);
+    assert_true(p->steps[s[1]].flags & HCCL_STEP_SRC_WRITTEN);
+    assert_true(p->steps[s[1]].flags & HCCL_STEP_SRC_WRITTEN_IN_PLACE);
+    /* RECV 16..32 is written by the copy out of place: only sends from RECV would see it. */
+    assert_int_equal(p->steps[s[2]].flags & (HCCL_STEP_SRC_WRITTEN | HCCL_STEP_SRC_WRITTEN_IN_PLACE),
+                     0);
+    assert_int_equal(hccl_exec_rewritten_flag(p, buf, buf + 16), HCCL_STEP_SRC_WRITTEN);
+    assert_int_equal(hccl_exec_rewritten_flag(p, buf + 16, buf), HCCL_STEP_SRC_WRITTEN_IN_PLACE);
+    hccl_plan_release(p);
+
+    /* The same sizes: in place SEND is RECV, and the reduce writes what the send reads. */
+    p = new_plan(0, 2);
+    assert_int_equal(hccl_plan_send(p, 1, 0, hccl_bref(HCCL_SLOT_SEND, 0), 32, &s[0]), hcclSuccess);
+    assert_int_equal(hccl_plan_recv(p, 1, 0, hccl_bref(HCCL_SLOT_SCRATCH, 0), 32, &id),
+                     hcclSuccess);
+    assert_int_equal(hccl_plan_reduce(p, hccl_bref(HCCL_SLOT_RECV, 0), hccl_bref(HCCL_SLOT_SEND, 0),
+                                      hccl_bref(HCCL_SLOT_SCRATCH, 0), 32, 0, &id),
+                     hcclSuccess);
+    p->scratch_bytes = 32;
+    assert_int_equal(hccl_plan_finalize(p, 32, 32), hcclSuccess);
+    assert_false(p->steps[s[0]].flags & HCCL_STEP_SRC_WRITTEN);
+    assert_true(p->steps[s[0]].flags & HCCL_STEP_SRC_WRITTEN_IN_PLACE);
+    hccl_plan_release(p);
+
+    /* From 1 MiB no send is marked. */
+    p = new_plan(0, 2);
+    assert_int_equal(hccl_plan_send(p, 1, 0, hccl_bref(HCCL_SLOT_RECV, 0), 1u << 20, &s[0]),
+                     hcclSuccess);
+    assert_int_equal(hccl_plan_recv(p, 1, 0, hccl_bref(HCCL_SLOT_RECV, 0), 1u << 20, &id),
+                     hcclSuccess);
+    assert_int_equal(hccl_plan_dep(p, s[0], id), hcclSuccess);
+    assert_int_equal(hccl_plan_finalize(p, 1u << 20, 1u << 20), hcclSuccess);
+    assert_true(p->steps[s[0]].flags & HCCL_STEP_SRC_WRITTEN);
+    assert_int_equal(hccl_exec_rewritten_flag(p, buf, buf + 16), 0);
     hccl_plan_release(p);
 }
 
@@ -299,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_finalize_successors),
         cmocka_unit_test(test_finalize_many_steps),
         cmocka_unit_test(test_finalize_forwarded),
+        cmocka_unit_test(test_finalize_rewritten),
         cmocka_unit_test(test_finalize_rejects_cycle),
         cmocka_unit_test(test_finalize_rejects_ranges),
         cmocka_unit_test(test_finalize_rejects_writes_to_send),
