@@ -201,6 +201,14 @@ static int span_cmp(const void *x, const void *y)
     return a->key < b->key ? -1 : a->key > b->key;
 }
 
+/* A span's key where SEND is part of RECV at in_place_off (UINT64_MAX: keep the slots apart). */
+static uint64_t span_key(hccl_bref_t b, uint64_t in_place_off)
+{
+    if (b.slot == HCCL_SLOT_SEND && in_place_off != UINT64_MAX)
+        return (uint64_t)HCCL_SLOT_RECV << 58 | (b.off + in_place_off);
+    return (uint64_t)b.slot << 58 | b.off;
+}
+
 /* Sorts spans and makes each end the furthest end of the spans up to it (for span_hit). */
 static void spans_prepare(plan_span_t *spans, size_t n)
 {
@@ -248,28 +256,20 @@ static hcclResult_t plan_mark_forwarded(hccl_plan_t *p)
             continue;
         p->nsends++;
         if (s->src.slot != HCCL_SLOT_SEND && s->bytes > 0) {
-            uint64_t key = (uint64_t)s->src.slot << 58 | s->src.off;
+            uint64_t key = span_key(s->src, UINT64_MAX);
             sends[n++] = (plan_span_t){key, key + s->bytes};
         }
     }
     spans_prepare(sends, n);
     for (uint32_t i = 0; i < p->nsteps && n > 0; i++) {
         hccl_step_t *s = &p->steps[i];
-        uint64_t first = (uint64_t)s->dst.slot << 58 | s->dst.off;
+        uint64_t first = span_key(s->dst, UINT64_MAX);
         if (s->kind == HCCL_STEP_RECV && s->bytes > 0 &&
             span_hit(sends, n, first, first + s->bytes))
             s->flags |= HCCL_STEP_FORWARDED;
     }
     hccl_free(sends);
     return hcclSuccess;
-}
-
-/* A span's key where SEND is part of RECV at in_place_off (UINT64_MAX: keep the slots apart). */
-static uint64_t span_key(hccl_bref_t b, uint64_t in_place_off)
-{
-    if (b.slot == HCCL_SLOT_SEND && in_place_off != UINT64_MAX)
-        return (uint64_t)HCCL_SLOT_RECV << 58 | (b.off + in_place_off);
-    return (uint64_t)b.slot << 58 | b.off;
 }
 
 /*
