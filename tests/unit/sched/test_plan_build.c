@@ -171,7 +171,7 @@ static void test_finalize_rewritten(void **state)
                      0);
     assert_true(p->steps[s[1]].flags & HCCL_STEP_SRC_WRITTEN);
     assert_true(p->steps[s[1]].flags & HCCL_STEP_SRC_WRITTEN_IN_PLACE);
-    /* RECV 16..32 is written by the copy out of place: only sends from RECV would see it. */
+    /* No step writes RECV 32..48 (rank 2's block). */
     assert_int_equal(p->steps[s[2]].flags & (HCCL_STEP_SRC_WRITTEN | HCCL_STEP_SRC_WRITTEN_IN_PLACE),
                      0);
     assert_int_equal(hccl_exec_rewritten_flag(p, buf, buf + 16), HCCL_STEP_SRC_WRITTEN);
