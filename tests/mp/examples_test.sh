@@ -27,22 +27,8 @@ passed() {
     [ "$rc" -eq 0 ] || fail "the launcher exited $rc"
 }
 
-# A port nothing listens on now, for rendezvous the test sets up itself: below the kernel's
-# ephemeral range, since one inside it can be held by another test's client socket, which
-# refuses connections (so it looks free) but not binds.
-free_port() {
-    local p low
-    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
-    [ "$low" -gt 20100 ] || low=32768
-    for _ in $(seq 50); do
-        p=$((20000 + RANDOM % (low - 20000)))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            echo "$p"
-            return
-        fi
-    done
-    fail "no free port found"
-}
+# shellcheck source=port_lib.sh
+. "$(dirname "$0")/port_lib.sh"
 
 case $case in
 primitives)
@@ -170,7 +156,7 @@ non_pow2)
     ;;
 multihost_hccl_run)
     # Two "hosts" on this machine: one script per host, each starting its 2 ranks with hccl-run.
-    port=$(free_port)
+    port=$(free_port) || fail "no free port below the ephemeral range"
     export HCCL_COMM_SECRET=00112233445566778899aabbccddeeff HCCL_DEBUG=INFO HCCL_DEBUG_SUBSYS=LINK
     for node in 0 1; do
         HCCL_HOST_ID=host$node timeout 100 "$script" --nnodes 2 --node-rank $node --nproc-per-node 2 \

@@ -44,10 +44,8 @@ launch() {
 
 count() { grep -c "$1" "$tmp/out"; }
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
-    2>/dev/null || echo $((20000 + RANDOM % 20000))
-}
+# shellcheck source=port_lib.sh
+. "$(dirname "$0")/port_lib.sh"
 
 export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-60}
 unset HCCL_COMM_ID RANK_ID RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
@@ -60,7 +58,7 @@ collectives)
     fail "not every rank took its rank and rendezvous from PMIx"
   ;;
 commid)
-  port=$(free_port)
+  port=$(free_port) || fail "no free port below the ephemeral range"
   HCCL_COMM_ID=127.0.0.1:$port HCCL_DEBUG=INFO HCCL_DEBUG_SUBSYS=INIT launch "$n" \
     "$bin/tests/mp/mp_collectives"
   [ "$rc" -eq 0 ] || fail "mpirun exited $rc"

@@ -76,10 +76,8 @@ wait_log() {
   return $found
 }
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
-    2>/dev/null || echo $((20000 + RANDOM % 20000))
-}
+# shellcheck source=port_lib.sh
+. "$(dirname "$0")/port_lib.sh"
 
 # munge: a fresh key and a private socket; it forks once it serves (-f: /tmp is group-writable).
 if command -v mungekey >/dev/null 2>&1; then
@@ -95,11 +93,14 @@ host=$(hostname -s)
 mkdir -p "$tmp/state" "$tmp/spool"
 # CPUs is more than this machine has (config_overrides lets slurmd accept it): 4 tasks fit on
 # any machine, as they do under mpirun --oversubscribe. No cgroups: proctrack/pgid, task/none.
+ctld_port=$(free_port) || fail "no free port for slurmctld"
+while d_port=$(free_port) && [ "$d_port" = "$ctld_port" ]; do :; done
+[ -n "$d_port" ] || fail "no free port for slurmd"
 cat >"$SLURM_CONF" <<EOF
 ClusterName=hccltest
 SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$(free_port)
-SlurmdPort=$(free_port)
+SlurmctldPort=$ctld_port
+SlurmdPort=$d_port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
