@@ -3,6 +3,9 @@
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_compare.py [--quick]
 
+BENCH_HCCL_BUILD names another build directory than build/ (its tools/hccl-run and
+tools/hccl-perf; PYTHONPATH picks the package).
+
 For each rank count (2, 4) and link set (shm: the default; tcp: HCCL_LINKS=tcp) it starts the
 ranks through build/tools/hccl-run; each rank makes a Gloo group and a hostccl group and
 times all_reduce (float32) on both, alternating, size by size, repetition by repetition;
@@ -20,7 +23,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("HCCL_BUILD", os.path.join(ROOT, "build"))
+BUILD = os.environ.get("BENCH_HCCL_BUILD", os.path.join(ROOT, "build"))
 SIZES = [8] + [64 << 10 << (2 * k) for k in range(6)]  # 8 B, 64 KiB .. 64 MiB
 
 
