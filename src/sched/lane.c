@@ -273,6 +273,7 @@ void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op)
     op->next_part = 0;
     op->direct = false;
     op->reads_direct = false;
+    op->part_copied = false;
     op->split = (op->coll == HCCL_COLL_ALLREDUCE || op->coll == HCCL_COLL_REDUCE) &&
                 op->count * hccl_dtype_size(op->dtype) > lane->limits.flat_max;
     op->grouped = false; /* chosen as it is published */

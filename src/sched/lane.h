@@ -5,15 +5,16 @@
  * reads what it needs of everyone's in place: AllGather and AlltoAll copy, Broadcast copies
  * the root's, ReduceScatter reduces its share. AllReduce and Reduce reduce every block up to
  * the flat limit; above it they are split: rank r reduces the r-th share of every block into
- * its slot's part, and each rank (the root, for Reduce) copies every part. Where ranks are
- * pinned to CPUs in groups, a split AllReduce first sums each group's blocks share by share
- * within the group, then adds the groups' sums over each rank's share and gathers the shares
- * within the group: what crosses between CPUs is one sum per group. Blocks are reduced in a fixed order (rank order; grouped, rank order within
- * a group, then group order), so every rank gets the same bits. Lane operations
- * run in call order, one at a time but for the next one's publication once the current one
- * has read every block (hccl_lane_poll), apart from the plans (which never touch the slots); all
- * ranks make the same choices from the call and shared settings (and, for a split AllReduce's
- * way, from rank 0's word: hccl_lane_limits_t), so every exchange agrees.
+ * its slot's part (and, where it takes the result, into recvbuf), and each rank (the root, for
+ * Reduce) copies every other part. Where ranks are pinned to CPUs in groups, a split AllReduce
+ * first sums each group's blocks share by share within the group, then adds the groups' sums
+ * over each rank's share and gathers the shares within the group: what crosses between CPUs is
+ * one sum per group. Blocks are reduced in a fixed order (rank order; grouped, rank order
+ * within a group, then group order), so every rank gets the same bits. Lane operations run in
+ * call order, one at a time but for the next one's publication once the current one has read
+ * every block (hccl_lane_poll), apart from the plans (which never touch the slots); all ranks
+ * make the same choices from the call and shared settings (and, for a split AllReduce's way,
+ * from rank 0's word: hccl_lane_limits_t), so every exchange agrees.
  *
  * State is the reactor's: touched with its work held (the progress thread, a callback, or a
  * thread that drives it).
@@ -61,6 +62,7 @@ struct hccl_lane_op {
                                    it have released our block */
     bool direct;                /* our block is read from sendbuf (hccl_window_ops_t.publish) */
     bool reads_direct;          /* a peer's block was: we release them through our part flag */
+    bool part_copied;           /* split: our part was copied to recvbuf as it was reduced */
     /* Runs once, with the reactor's work held: the op is off the lane and may be freed. */
     void (*done)(hccl_lane_op_t *op, hcclResult_t res, const char *msg);
     void *arg;

@@ -103,16 +103,48 @@ static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
     return op->split && r == lane->rank ? op->sendbuf : lane->win->block(lane->wctx, r, op->lseq);
 }
 
-/* dst = op over every rank's block at byte offset off, for n elements, in rank order. */
-static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, size_t off, size_t n)
+/*
+ * dst = op over every rank's block at byte offset off, for n elements, in rank order. Up to a
+ * tile, and nothing to copy, straight into dst, which stays in the cache. Otherwise tile by
+ * tile: with more than two ranks each tile's partial sums stay in lane->acc and dst is written
+ * once, by the last step, one pass over memory instead of one per rank; also: each tile of the
+ * result is copied there too while it is in the cache; it may be our own block (a split
+ * operation's share in place), whose tile is read before it is written.
+ */
+static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, void *also,
+                            size_t off, size_t n)
 {
-    const char *b0 = lane_block_of(lane, op, 0), *b1 = lane_block_of(lane, op, 1);
+    unsigned char *acc = lane->acc;
+    size_t esz = hccl_dtype_size(op->dtype), tile = LANE_TILE_BYTES / esz;
+    const char *b0 = lane_block_of(lane, op, 0) + off, *b1 = lane_block_of(lane, op, 1) + off;
+    int last = lane->nranks - 1;
 
-    hccl_reduce(dst, b0 + off, b1 + off, n, op->dtype, op->op);
-    for (int r = 2; r < lane->nranks; r++)
-        hccl_reduce(dst, dst, lane_block_of(lane, op, r) + off, n, op->dtype, op->op);
-    if (op->op == hcclAvg)
-        hccl_reduce_div(dst, n, op->dtype, lane->nranks);
+    if (n <= tile && !also) {
+        hccl_reduce(dst, b0, b1, n, op->dtype, op->op);
+        for (int r = 2; r <= last; r++)
+            hccl_reduce(dst, dst, lane_block_of(lane, op, r) + off, n, op->dtype, op->op);
+        if (op->op == hcclAvg)
+            hccl_reduce_div(dst, n, op->dtype, lane->nranks);
+        return;
+    }
+    for (size_t at = 0; at < n; at += tile) {
+        size_t len = n - at < tile ? n - at : tile, byte = at * esz;
+        char *out = (char *)dst + byte;
+        if (last == 1) {
+            hccl_reduce(out, b0 + byte, b1 + byte, len, op->dtype, op->op);
+        } else {
+            hccl_reduce(acc, b0 + byte, b1 + byte, len, op->dtype, op->op);
+            for (int r = 2; r < last; r++)
+                hccl_reduce(acc, acc, lane_block_of(lane, op, r) + off + byte, len, op->dtype,
+                            op->op);
+            hccl_reduce(out, acc, lane_block_of(lane, op, last) + off + byte, len, op->dtype,
+                        op->op);
+        }
+        if (op->op == hcclAvg)
+            hccl_reduce_div(out, len, op->dtype, lane->nranks);
+        if (also)
+            memcpy((char *)also + byte, out, len * esz);
+    }
 }
 
 /* A block that only moves: rank r's (ours too) to its place in recvbuf. */
@@ -152,7 +184,7 @@ hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
         return res;
     }
     case HCCL_COLL_REDUCESCATTER:
-        lane_reduce_all(lane, op, op->recvbuf, (size_t)lane->rank * cb, op->count);
+        lane_reduce_all(lane, op, op->recvbuf, NULL, (size_t)lane->rank * cb, op->count);
         return hcclSuccess;
     case HCCL_COLL_ALLREDUCE:
     case HCCL_COLL_REDUCE:
@@ -162,7 +194,7 @@ hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
     }
     if (!op->split) {
         if (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root)
-            lane_reduce_all(lane, op, op->recvbuf, 0, op->count);
+            lane_reduce_all(lane, op, op->recvbuf, NULL, 0, op->count);
         return hcclSuccess;
     }
     if (op->grouped) {
@@ -170,9 +202,13 @@ hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
         return hcclSuccess;
     }
     lane_share(op->count, lane->nranks, lane->rank, &first, &n);
+    /* Where we take the result, our part is copied to recvbuf tile by tile as it is reduced,
+     * while the tile is in the cache, instead of from the slot once it is all there. */
+    op->part_copied = op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root;
     part = lane->win->part(lane->wctx, lane->rank, op->lseq);
     if (n)
-        lane_reduce_all(lane, op, part, first * esz, n);
+        lane_reduce_all(lane, op, part, op->part_copied ? (char *)op->recvbuf + first * esz : NULL,
+                        first * esz, n);
     lane->win->raise(lane->wctx, HCCL_WINDOW_PART, op->lseq);
     return hcclSuccess;
 }
@@ -312,6 +348,8 @@ bool hccl_lane_gather(hccl_lane_t *lane, hccl_lane_op_t *op)
 
     for (; g > 1 && op->next_part < g; op->next_part++) {
         int r = m ? m[op->next_part] : op->next_part;
+        if (r == lane->rank && op->part_copied)
+            continue;
         if (r != lane->rank && !lane->win->raised(lane->wctx, r, HCCL_WINDOW_PART, op->lseq))
             return false;
         lane_share(op->count, g, op->next_part, &first, &n);
