@@ -158,7 +158,8 @@ bool hccl_tuner_picks_lane(const hccl_tuner_t *t, const hccl_coll_shape_t *shape
         return false;
     bytes = hccl_lane_call_bytes(shape->coll, shape->count, shape->dtype, nranks);
     if (t->forced[shape->coll] == HCCL_ALGO_LANE)
-        return bytes <= hccl_lane_reach(t->lane) && (bytes > 0 || shape->coll == HCCL_COLL_BARRIER);
+        return (bytes <= hccl_lane_reach(t->lane) || hccl_lane_in_pieces(t->lane, shape->coll)) &&
+               (bytes > 0 || shape->coll == HCCL_COLL_BARRIER);
     return t->forced[shape->coll] == HCCL_ALGO_AUTO && hccl_lane_takes(t->lane, shape->coll, bytes);
 }
 

@@ -124,9 +124,9 @@ static void lane_call_park(void *arg)
     copy = req->ext;
     req->owner = comm;
     req->coll = c->op.coll;
-    req->sendbuf = c->op.sendbuf;
-    req->recvbuf = c->op.recvbuf;
-    req->count = c->op.count;
+    req->sendbuf = c->op.call_sendbuf;
+    req->recvbuf = c->op.call_recvbuf;
+    req->count = c->op.call_count;
     req->dtype = c->op.dtype;
     req->op = c->op.op;
     req->root = c->op.root;

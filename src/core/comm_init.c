@@ -171,7 +171,7 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     bool shared = hccl_topo_host_cores_shared(comm);
     size_t max = comm->params.lane_max;
     hccl_lane_limits_t limits = {
-        max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX, NULL, false, 0};
+        max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX, NULL, false, 0, SIZE_MAX};
     int *group_of = NULL;
     hcclResult_t res;
 
@@ -183,6 +183,10 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     if (max == SIZE_MAX) {
         limits.max_bytes = shared ? HCCL_WINDOW_CAP : 8192;
         limits.rooted_max = shared ? HCCL_WINDOW_CAP : 32768;
+        /* AllReduces above twice that block too, in pieces of it: there the plans' buffers
+         * outgrow the cache, and the pieces win (docs/performance.md). */
+        if (shared)
+            limits.pieces_above = 2 * (size_t)HCCL_WINDOW_CAP;
     }
     limits.direct_min = lane_direct_min(comm);
     if (limits.max_bytes == 0 || !win)

@@ -171,7 +171,7 @@ static int put_lane(FILE *f, struct hcclComm *comm)
         return 0;
     for (const hccl_lane_op_t *op = hccl_lane_first(comm->lane); op; op = op->next, n++) {
         fprintf(f, "  request %s seq %llu (%zu x %s", hccl_coll_name((hccl_coll_t)op->coll),
-                (unsigned long long)op->seq, op->count, hccl_dtype_name(op->dtype));
+                (unsigned long long)op->seq, op->call_count, hccl_dtype_name(op->dtype));
         if (op->coll == HCCL_COLL_ALLREDUCE)
             fprintf(f, ", %s", hccl_op_name(op->op));
         hccl_lane_waiting_for(comm->lane, op, peers, sizeof(peers));

@@ -113,11 +113,18 @@ size_t hccl_lane_call_bytes(int coll, size_t count, hcclDataType_t dtype, int nr
     }
 }
 
+bool hccl_lane_in_pieces(const hccl_lane_t *lane, int coll)
+{
+    return lane && lane->limits.pieces_above != SIZE_MAX && coll == HCCL_COLL_ALLREDUCE;
+}
+
 bool hccl_lane_takes(const hccl_lane_t *lane, int coll, size_t bytes)
 {
     if (!lane)
         return false;
     if (coll == HCCL_COLL_BARRIER)
+        return true;
+    if (hccl_lane_in_pieces(lane, coll) && bytes > lane->limits.pieces_above)
         return true;
     if (coll == HCCL_COLL_BROADCAST || coll == HCCL_COLL_REDUCE)
         return bytes > 0 && bytes >= lane->limits.rooted_min && bytes <= lane->limits.rooted_max;
@@ -211,6 +218,54 @@ static bool lane_all_in(hccl_lane_t *lane, hccl_lane_op_t *op, hcclResult_t *res
     return true;
 }
 
+/* What one round of op starts from: nothing published or read yet. */
+static void lane_round_init(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    op->published = false;
+    op->next_peer = 0;
+    op->part_done = false;
+    op->next_part = 0;
+    op->direct = false;
+    op->reads_direct = false;
+    op->part_copied = false;
+    op->split = (op->coll == HCCL_COLL_ALLREDUCE || op->coll == HCCL_COLL_REDUCE) &&
+                op->count * hccl_dtype_size(op->dtype) > lane->limits.flat_max;
+    op->grouped = false; /* chosen as it is published */
+    op->final_done = false;
+    op->probe = false;
+    op->timed = false;
+}
+
+/* op's call ends: its own buffers and count again, for whoever describes it. */
+static void lane_done(hccl_lane_op_t *op, hcclResult_t res, const char *msg)
+{
+    op->sendbuf = op->call_sendbuf;
+    op->recvbuf = op->call_recvbuf;
+    op->count = op->call_count;
+    op->done(op, res, msg);
+}
+
+/* Whether op's current round is its call's last (or only) piece. */
+static bool lane_last_piece(const hccl_lane_op_t *op)
+{
+    return op->call_done + op->count >= op->call_count;
+}
+
+/* A call run in pieces whose current one is done: the next one becomes op's round. */
+static bool lane_next_piece(hccl_lane_t *lane, hccl_lane_op_t *op)
+{
+    size_t esz = hccl_dtype_size(op->dtype), piece = op->count, at;
+
+    if (lane_last_piece(op))
+        return false;
+    at = op->call_done += piece;
+    op->sendbuf = (const char *)op->sendbuf + piece * esz;
+    op->recvbuf = (char *)op->recvbuf + piece * esz;
+    op->count = op->call_count - at < piece ? op->call_count - at : piece;
+    lane_round_init(lane, op);
+    return true;
+}
+
 bool hccl_lane_poll(void *arg)
 {
     hccl_lane_t *lane = arg;
@@ -246,8 +301,9 @@ bool hccl_lane_poll(void *arg)
          * peers' parts or releases. Its slot held the operation before this one, which every
          * peer is done reading: each published this one's block after its last read of that
          * one's blocks (here), and reads of that one's parts end before a peer's block of the
-         * next one is out, which we wait for before we write our part there. */
-        if (op->next && !op->next->published) {
+         * next one is out, which we wait for before we write our part there. A call in pieces
+         * lets the next one go only in its last: every rank must number the rounds alike. */
+        if (op->next && !op->next->published && lane_last_piece(op)) {
             hccl_lane_publish(lane, op->next);
             moved = true;
         }
@@ -257,32 +313,31 @@ bool hccl_lane_poll(void *arg)
         if (op->split && (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root) &&
             !hccl_lane_gather(lane, op))
             return moved;
-        lane_pop(lane);
-        op->done(op, hcclSuccess, NULL);
         moved = true;
+        if (lane_next_piece(lane, op))
+            continue;
+        lane_pop(lane);
+        lane_done(op, hcclSuccess, NULL);
     }
     return moved;
 }
 
 void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
+    size_t piece = lane->limits.max_bytes / hccl_dtype_size(op->dtype);
+
     op->next = NULL;
-    op->published = false;
-    op->next_peer = 0;
-    op->part_done = false;
-    op->next_part = 0;
-    op->direct = false;
-    op->reads_direct = false;
-    op->part_copied = false;
-    op->split = (op->coll == HCCL_COLL_ALLREDUCE || op->coll == HCCL_COLL_REDUCE) &&
-                op->count * hccl_dtype_size(op->dtype) > lane->limits.flat_max;
-    op->grouped = false; /* chosen as it is published */
-    op->final_done = false;
-    op->probe = false;
-    op->timed = false;
-    op->sig = hccl_sig_make(op->coll, op->dtype, op->op, op->root, op->count);
+    op->call_sendbuf = op->sendbuf;
+    op->call_recvbuf = op->recvbuf;
+    op->call_count = op->count;
+    op->call_done = 0;
+    /* Every rank cuts the call alike: the same pieces in the same rounds. */
+    if (hccl_lane_in_pieces(lane, op->coll) && op->count > piece)
+        op->count = piece ? piece : 1;
+    lane_round_init(lane, op);
+    op->sig = hccl_sig_make(op->coll, op->dtype, op->op, op->root, op->call_count);
     if (lane->failed != hcclSuccess) {
-        op->done(op, lane->failed, "the communicator had failed");
+        lane_done(op, lane->failed, "the communicator had failed");
         return;
     }
     if (lane->tail)
@@ -321,7 +376,7 @@ void hccl_lane_fail_all(hccl_lane_t *lane, hcclResult_t res, const char *msg)
     lane->failed = res;
     while ((op = lane->head) != NULL) {
         lane_pop(lane);
-        op->done(op, res, msg);
+        lane_done(op, res, msg);
     }
 }
 

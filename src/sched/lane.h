@@ -14,7 +14,8 @@
  * call order, one at a time but for the next one's publication once the current one has read
  * every block (hccl_lane_poll), apart from the plans (which never touch the slots); all ranks
  * make the same choices from the call and shared settings (and, for a split AllReduce's way,
- * from rank 0's word: hccl_lane_limits_t), so every exchange agrees.
+ * from rank 0's word: hccl_lane_limits_t), so every exchange agrees. Where it is allowed, an
+ * AllReduce above the largest block runs as one such operation per piece of it, in order.
  *
  * State is the reactor's: touched with its work held (the progress thread, a callback, or a
  * thread that drives it).
@@ -63,6 +64,13 @@ struct hccl_lane_op {
     bool direct;                /* our block is read from sendbuf (hccl_window_ops_t.publish) */
     bool reads_direct;          /* a peer's block was: we release them through our part flag */
     bool part_copied;           /* split: our part was copied to recvbuf as it was reduced */
+    /* The call's own buffers and count: an AllReduce above the lane's largest block runs in
+     * rounds of pieces (hccl_lane_limits_t.pieces_above), sendbuf, recvbuf and count then being the
+     * current piece's; done sees the call's again. */
+    const void *call_sendbuf;
+    void *call_recvbuf;
+    size_t call_count;
+    size_t call_done; /* elements of the call in the pieces before the current one */
     /* Runs once, with the reactor's work held: the op is off the lane and may be freed. */
     void (*done)(hccl_lane_op_t *op, hcclResult_t res, const char *msg);
     void *arg;
@@ -92,6 +100,9 @@ typedef struct {
     /* Rank 0's choice: the least time from a class's first operation to its first try of the
      * other way, and between tries (0: 50 ms; tests make it short). */
     int64_t choice_ns;
+    /* AllReduces above this many bytes (SIZE_MAX: none) take the lane too, as rounds of pieces
+     * of max_bytes; so does any above max_bytes where the lane is forced (HCCL_ALGO). */
+    size_t pieces_above;
 } hccl_lane_limits_t;
 
 /*
@@ -112,6 +123,8 @@ void hccl_lane_destroy(hccl_lane_t *lane);
 size_t hccl_lane_call_bytes(int coll, size_t count, hcclDataType_t dtype, int nranks);
 /* Whether the lane takes a call of that many bytes: the same answer on every rank. */
 bool hccl_lane_takes(const hccl_lane_t *lane, int coll, size_t bytes);
+/* Whether the lane runs calls of coll above its largest block in pieces (limits.pieces_above). */
+bool hccl_lane_in_pieces(const hccl_lane_t *lane, int coll);
 /* Queues op behind the lane's others and starts it if it is first. */
 void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op);
 /* Advances the lane (a reactor poller); true if anything moved. */

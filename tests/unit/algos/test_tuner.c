@@ -32,7 +32,7 @@ static int setup(void **state)
 {
     static lane_fixture_t f;
     hccl_lane_limits_t limits = {
-        LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX, SIZE_MAX, NULL, false, 0};
+        LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX, SIZE_MAX, NULL, false, 0, SIZE_MAX};
 
     assert_int_equal(hccl_sim_world_create(NULL, N, &f.sim), hcclSuccess);
     assert_int_equal(hccl_lane_create(&hccl_sim_window_ops, hccl_sim_world_window(f.sim, 0), 0, N,
@@ -107,6 +107,34 @@ static void test_forced_lane(void **state)
     t.lane = NULL;
     assert_int_not_equal(pick(&t, HCCL_COLL_ALLREDUCE, 2, hcclFloat32), HCCL_ALGO_LANE);
     assert_int_equal(pick(&t, HCCL_COLL_BARRIER, 0, hcclUint8), HCCL_ALGO_DISSEMINATION);
+}
+
+/* A lane that takes AllReduces above pieces_above in pieces: unforced, those and the ones within
+ * its limits, not the ones between; forced, every AllReduce; other collectives as before. */
+static void test_pieces(void **state)
+{
+    lane_fixture_t *f = *state;
+    hccl_lane_limits_t limits = {
+        LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX, SIZE_MAX, NULL, false,
+        0,        2 * LANE_MAX};
+    hccl_lane_t *lane;
+    hccl_tuner_t t;
+
+    assert_int_equal(hccl_lane_create(&hccl_sim_window_ops, hccl_sim_world_window(f->sim, 0), 0, N,
+                                      &limits, on_fatal, NULL, &lane),
+                     hcclSuccess);
+    hccl_tuner_init(&t, NULL, 4u << 20);
+    t.lane = lane;
+    assert_int_equal(pick(&t, HCCL_COLL_ALLREDUCE, LANE_MAX / 4, hcclFloat32), HCCL_ALGO_LANE);
+    assert_int_not_equal(pick(&t, HCCL_COLL_ALLREDUCE, LANE_MAX / 2, hcclFloat32), HCCL_ALGO_LANE);
+    assert_int_equal(pick(&t, HCCL_COLL_ALLREDUCE, LANE_MAX / 2 + 1, hcclFloat32), HCCL_ALGO_LANE);
+    assert_int_not_equal(pick(&t, HCCL_COLL_ALLGATHER, 4 * LANE_MAX, hcclUint8), HCCL_ALGO_LANE);
+    hccl_tuner_init(&t, "lane", 4u << 20);
+    t.lane = lane;
+    assert_int_equal(pick(&t, HCCL_COLL_ALLREDUCE, ROOTED_MAX / 4 + 1, hcclFloat32),
+                     HCCL_ALGO_LANE);
+    assert_int_not_equal(pick(&t, HCCL_COLL_ALLGATHER, ROOTED_MAX + 1, hcclUint8), HCCL_ALGO_LANE);
+    hccl_lane_destroy(lane);
 }
 
 /* A plan's algorithm named for one collective: that one never takes the lane, the rest may. */
@@ -184,6 +212,7 @@ int main(void)
         cmocka_unit_test(test_auto),
         cmocka_unit_test(test_forced_lane),
         cmocka_unit_test(test_forced_other),
+        cmocka_unit_test(test_pieces),
         cmocka_unit_test(test_no_plan),
         cmocka_unit_test(test_rings_wait_turns),
         cmocka_unit_test(test_reduce_chain_depth),

@@ -35,6 +35,8 @@ typedef struct {
 } world_t;
 
 extern bool lane_over_sim; /* which window the worlds made next run over */
+/* The worlds made next take AllReduces above this many bytes in pieces (SIZE_MAX: none). */
+extern size_t lane_world_pieces_above;
 extern const hcclDataType_t lane_dtypes[10];
 extern const hcclRedOp_t lane_ops[5];
 

@@ -206,6 +206,88 @@ static void test_allreduce_grouped(void **state)
     }
 }
 
+/*
+ * AllReduces above the largest block run as rounds of pieces of it (split and flat pieces,
+ * the last one short), in place and not, with a small AllReduce queued behind on every rank
+ * while ranks arrive one by one: right, the same bits everywhere, the small one's round right
+ * after the pieces', and the call's own buffers and count back in the op when it is done.
+ */
+static void test_allreduce_pieces(void **state)
+{
+    static const hcclDataType_t dts[] = {hcclFloat32, hcclInt8, hcclBfloat16, hcclFloat64};
+    const size_t block = 4096;
+    unsigned seed = 7;
+
+    (void)state;
+    for (int n = 2; n <= 5; n += 3) {
+        for (int split = 0; split < 2; split++) {
+            lane_world_pieces_above = block;
+            world_t *w = world_new_split(n, block, split ? 1024 : HCCL_LANE_FLAT_MAX);
+            uint64_t next_round = 0; /* rounds are counted from 0 on a new world */
+            lane_world_pieces_above = SIZE_MAX;
+            for (size_t di = 0; di < sizeof(dts) / sizeof(dts[0]); di++) {
+                hcclDataType_t dt = dts[di];
+                size_t esz = hccl_dtype_size(dt), piece = block / esz;
+                const size_t counts[] = {piece, piece + 1, 3 * piece + 5};
+                for (size_t ci = 0; ci < 3; ci++, seed++) {
+                    size_t count = counts[ci], rounds = (count + piece - 1) / piece;
+                    hcclRedOp_t op = lane_ops[seed % 5];
+                    bool in_place = (seed + di) & 1;
+                    void *sbuf[MAXR], *rbuf[MAXR];
+                    int32_t small_in[MAXR][3], small_out[MAXR][3];
+                    test_op_t t[MAXR], small[MAXR];
+                    for (int r = 0; r < n; r++) {
+                        sbuf[r] = malloc(count * esz);
+                        rbuf[r] = in_place ? sbuf[r] : calloc(count, esz);
+                        for (size_t i = 0; i < count; i++)
+                            ref_store(sbuf[r], i, dt, ref_input(dt, op, r, i, seed));
+                        for (int i = 0; i < 3; i++)
+                            small_in[r][i] = 100 * r + i;
+                        op_init(&t[r], HCCL_COLL_ALLREDUCE, sbuf[r], rbuf[r], count, dt, op);
+                        op_init(&small[r], HCCL_COLL_ALLREDUCE, small_in[r], small_out[r], 3,
+                                hcclInt32, hcclSum);
+                    }
+                    for (int r = 0; r < n; r++) {
+                        hccl_lane_enqueue(w->lane[r], &t[r].op);
+                        hccl_lane_enqueue(w->lane[r], &small[r].op);
+                        drive(w);
+                        for (int q = 0; q <= r; q++)
+                            assert_int_equal(t[q].done + small[q].done, r == n - 1 ? 2 : 0);
+                    }
+                    for (int r = 0; r < n; r++) {
+                        assert_int_equal(t[r].res, hcclSuccess);
+                        assert_int_equal(small[r].res, hcclSuccess);
+                        assert_int_equal(small[r].op.lseq, t[r].op.lseq + 1);
+                        assert_true(t[r].op.sendbuf == sbuf[r] && t[r].op.recvbuf == rbuf[r]);
+                        assert_int_equal(t[r].op.count, count);
+                        for (int i = 0; i < 3; i++)
+                            assert_int_equal(small_out[r][i], 100 * n * (n - 1) / 2 + n * i);
+                        if (memcmp(rbuf[r], rbuf[0], count * esz) != 0)
+                            fail_msg("n=%d %s count %zu: rank %d's result differs from rank 0's", n,
+                                     hccl_dtype_name(dt), count, r);
+                    }
+                    /* The pieces took one round each, the small one the next. */
+                    assert_int_equal(t[0].op.lseq, next_round + rounds - 1);
+                    next_round += rounds + 1;
+                    for (size_t i = 0; i < count; i++) {
+                        double got = ref_load(rbuf[0], i, dt),
+                               want = ref_reduce(dt, op, n, i, seed);
+                        if (!ref_close(dt, got, want))
+                            fail_msg("n=%d %s %s count %zu elem %zu: got %g want %g", n,
+                                     hccl_dtype_name(dt), hccl_op_name(op), count, i, got, want);
+                    }
+                    for (int r = 0; r < n; r++) {
+                        if (!in_place)
+                            free(rbuf[r]);
+                        free(sbuf[r]);
+                    }
+                }
+            }
+            world_free(w);
+        }
+    }
+}
+
 /* Several operations queued at once on some ranks and one at a time on others: results come
  * out in order. */
 static void test_queued_in_order(void **state)
@@ -250,11 +332,9 @@ static void test_queued_in_order(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_allreduce_every_type),
-        cmocka_unit_test(test_allreduce_group_choice),
-        cmocka_unit_test(test_grouped_waiting_for),
-        cmocka_unit_test(test_allreduce_grouped),
-        cmocka_unit_test(test_queued_in_order),
+        cmocka_unit_test(test_allreduce_every_type), cmocka_unit_test(test_allreduce_group_choice),
+        cmocka_unit_test(test_grouped_waiting_for),  cmocka_unit_test(test_allreduce_grouped),
+        cmocka_unit_test(test_queued_in_order),      cmocka_unit_test(test_allreduce_pieces),
     };
     int failed;
 

@@ -382,8 +382,9 @@ static void world_go_direct(world_t *w, size_t direct_min, int fds[2])
     for (int r = 0; r < w->n; r++) {
         hccl_lane_destroy(w->lane[r]);
         assert_int_equal(hccl_lane_create(w->win, w->wctx[r], r, w->n,
-                                          &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX, 0,
-                                                                HCCL_WINDOW_CAP, direct_min, NULL, false, 0},
+                                          &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX,
+                                                                0, HCCL_WINDOW_CAP, direct_min,
+                                                                NULL, false, 0, SIZE_MAX},
                                           on_fatal_any, &w->fatal[r], &w->lane[r]),
                          hcclSuccess);
         if (w->sim)
@@ -497,9 +498,10 @@ static void test_takes(void **state)
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLTOALLV, SIZE_MAX));
     /* Where ranks share CPUs, small rooted calls keep to plans. */
     hccl_lane_destroy(w->lane[0]);
-    assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2, &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL, false, 0},
-                                      lane_world_on_fatal,
-                                      &w->fatal[0], &w->lane[0]),
+    assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
+                                      &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL,
+                                                            false, 0, SIZE_MAX},
+                                      lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 1023));
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_REDUCE, 512));
@@ -508,6 +510,21 @@ static void test_takes(void **state)
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 8193));
     assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 512));
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 4097));
+    assert_false(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLREDUCE));
+    /* AllReduces above pieces_above come back, in pieces; others between the two do not. */
+    hccl_lane_destroy(w->lane[0]);
+    assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
+                                      &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL,
+                                                            false, 0, 8192},
+                                      lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
+                     hcclSuccess);
+    assert_true(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLREDUCE));
+    assert_false(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLGATHER));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 4096));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 8192));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, 8193));
+    assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, SIZE_MAX - 1));
+    assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 8193));
     world_free(w);
     w = world_new(2, SIZE_MAX);
     assert_true(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLREDUCE, HCCL_WINDOW_CAP));
