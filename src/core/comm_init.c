@@ -81,6 +81,13 @@ out:
  */
 #define LANE_DIRECT_SPAN (8u << 20) /* the blocks of every rank together */
 
+/*
+ * Where ranks share CPUs, an AllReduce above the lane's block runs faster as lane rounds of
+ * one block each than as a plan once the ranks' buffers together pass about 128 MiB: the
+ * plan's passes then miss the cache, where a round's stay in it (docs/performance.md).
+ */
+#define LANE_PIECES_SPAN ((size_t)128 << 20)
+
 static size_t lane_direct_min(const struct hcclComm *comm)
 {
     size_t fits = LANE_DIRECT_SPAN / (size_t)comm->nranks;
@@ -183,10 +190,11 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     if (max == SIZE_MAX) {
         limits.max_bytes = shared ? HCCL_WINDOW_CAP : 8192;
         limits.rooted_max = shared ? HCCL_WINDOW_CAP : 32768;
-        /* AllReduces above twice that block too, in pieces of it: there the plans' buffers
-         * outgrow the cache, and the pieces win (docs/performance.md). */
+        /* Larger AllReduces too, in pieces of that block, past LANE_PIECES_SPAN. */
         if (shared)
-            limits.pieces_above = 2 * (size_t)HCCL_WINDOW_CAP;
+            limits.pieces_above = LANE_PIECES_SPAN / (size_t)comm->nranks > HCCL_WINDOW_CAP
+                                      ? LANE_PIECES_SPAN / (size_t)comm->nranks
+                                      : HCCL_WINDOW_CAP;
     }
     limits.direct_min = lane_direct_min(comm);
     if (limits.max_bytes == 0 || !win)
