@@ -103,43 +103,28 @@ static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
     return op->split && r == lane->rank ? op->sendbuf : lane->win->block(lane->wctx, r, op->lseq);
 }
 
+/* A tile of a reduction: small enough that its partial sums stay in the first-level cache. */
+#define LANE_TILE_BYTES 16384
+
 /*
- * dst = op over every rank's block at byte offset off, for n elements, in rank order. Up to a
- * tile, and nothing to copy, straight into dst, which stays in the cache. Otherwise tile by
- * tile: with more than two ranks each tile's partial sums stay in lane->acc and dst is written
- * once, by the last step, one pass over memory instead of one per rank; also: each tile of the
- * result is copied there too while it is in the cache; it may be our own block (a split
- * operation's share in place), whose tile is read before it is written.
+ * dst = op over every rank's block at byte offset off, for n elements, in rank order, a tile
+ * at a time: each tile of dst takes every rank's block while it is in the cache, one pass over
+ * memory instead of one per rank. also: each tile of the result is copied there too while it
+ * is in the cache; it may be our own block (a split operation's share in place), whose tile
+ * is read before it is written.
  */
 static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, void *also,
                             size_t off, size_t n)
 {
-    unsigned char *acc = lane->acc;
     size_t esz = hccl_dtype_size(op->dtype), tile = LANE_TILE_BYTES / esz;
     const char *b0 = lane_block_of(lane, op, 0) + off, *b1 = lane_block_of(lane, op, 1) + off;
-    int last = lane->nranks - 1;
 
-    if (n <= tile && !also) {
-        hccl_reduce(dst, b0, b1, n, op->dtype, op->op);
-        for (int r = 2; r <= last; r++)
-            hccl_reduce(dst, dst, lane_block_of(lane, op, r) + off, n, op->dtype, op->op);
-        if (op->op == hcclAvg)
-            hccl_reduce_div(dst, n, op->dtype, lane->nranks);
-        return;
-    }
     for (size_t at = 0; at < n; at += tile) {
         size_t len = n - at < tile ? n - at : tile, byte = at * esz;
         char *out = (char *)dst + byte;
-        if (last == 1) {
-            hccl_reduce(out, b0 + byte, b1 + byte, len, op->dtype, op->op);
-        } else {
-            hccl_reduce(acc, b0 + byte, b1 + byte, len, op->dtype, op->op);
-            for (int r = 2; r < last; r++)
-                hccl_reduce(acc, acc, lane_block_of(lane, op, r) + off + byte, len, op->dtype,
-                            op->op);
-            hccl_reduce(out, acc, lane_block_of(lane, op, last) + off + byte, len, op->dtype,
-                        op->op);
-        }
+        hccl_reduce(out, b0 + byte, b1 + byte, len, op->dtype, op->op);
+        for (int r = 2; r < lane->nranks; r++)
+            hccl_reduce(out, out, lane_block_of(lane, op, r) + off + byte, len, op->dtype, op->op);
         if (op->op == hcclAvg)
             hccl_reduce_div(out, len, op->dtype, lane->nranks);
         if (also)

@@ -10,10 +10,6 @@
 
 typedef struct lane_choice lane_choice_t;
 
-/* The running sum of more than two blocks, a tile at a time: small enough to stay in the
- * first-level cache. */
-#define LANE_TILE_BYTES 16384
-
 typedef struct {
     bool timed, grouped, probe, warm; /* warm: past the class's first CHOICE_WARM_OPS */
     uint64_t lseq;
@@ -45,7 +41,6 @@ struct hccl_lane {
     const char **piece;         /* [ngroups]: scratch of lane_pieces */
     lane_choice_t *choice;      /* rank 0, where grouped: [HCCL_WINDOW_WORDS] (lane_choice.c) */
     lane_last_t last;           /* rank 0: the operation it published last */
-    unsigned char acc[LANE_TILE_BYTES]; /* lane_reduce_all's running sum */
 };
 
 /* Rank 0's figures, one per size class (lane_choice.c). */
