@@ -191,10 +191,10 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
         limits.max_bytes = shared ? HCCL_WINDOW_CAP : 8192;
         limits.rooted_max = shared ? HCCL_WINDOW_CAP : 32768;
         /* Larger AllReduces too, in pieces of that block, past LANE_PIECES_SPAN. */
-        if (shared)
-            limits.pieces_above = LANE_PIECES_SPAN / (size_t)comm->nranks > HCCL_WINDOW_CAP
-                                      ? LANE_PIECES_SPAN / (size_t)comm->nranks
-                                      : HCCL_WINDOW_CAP;
+        if (shared) {
+            size_t span = LANE_PIECES_SPAN / (size_t)comm->nranks;
+            limits.pieces_above = span > HCCL_WINDOW_CAP ? span : HCCL_WINDOW_CAP;
+        }
     }
     limits.direct_min = lane_direct_min(comm);
     if (limits.max_bytes == 0 || !win)

@@ -278,9 +278,9 @@ static hcclResult_t run_issue_xfer(hccl_run_t *run, uint32_t id, const hccl_step
      * copies then run beside the sender's, and streamed they are slower. Copies stream even
      * where their result is sent on: keeping those plain gains nothing (docs/performance.md). */
     x->store = !is_send && run->store && !(s->flags & HCCL_STEP_FORWARDED) && run->plan->nsends > 0;
-    if (is_send)
+    if (is_send) {
         x->rewritten = (s->flags & run->rewritten_flag) != 0;
-    if (!is_send) {
+    } else {
         uint32_t rid = hccl_exec_fusable_reduce(run, s, c);
         x->read_direct = run->read_direct && !(s->flags & HCCL_STEP_FORWARDED);
         if (rid != UINT32_MAX) {

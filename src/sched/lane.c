@@ -254,14 +254,15 @@ static bool lane_last_piece(const hccl_lane_op_t *op)
 /* A call run in pieces whose current one is done: the next one becomes op's round. */
 static bool lane_next_piece(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
-    size_t esz = hccl_dtype_size(op->dtype), piece = op->count, at;
+    size_t esz = hccl_dtype_size(op->dtype), piece = op->count, left;
 
     if (lane_last_piece(op))
         return false;
-    at = op->call_done += piece;
+    op->call_done += piece;
+    left = op->call_count - op->call_done;
     op->sendbuf = (const char *)op->sendbuf + piece * esz;
     op->recvbuf = (char *)op->recvbuf + piece * esz;
-    op->count = op->call_count - at < piece ? op->call_count - at : piece;
+    op->count = left < piece ? left : piece;
     lane_round_init(lane, op);
     return true;
 }
@@ -324,16 +325,17 @@ bool hccl_lane_poll(void *arg)
 
 void hccl_lane_enqueue(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
-    size_t piece = lane->limits.max_bytes / hccl_dtype_size(op->dtype);
-
     op->next = NULL;
     op->call_sendbuf = op->sendbuf;
     op->call_recvbuf = op->recvbuf;
     op->call_count = op->count;
     op->call_done = 0;
     /* Every rank cuts the call alike: the same pieces in the same rounds. */
-    if (hccl_lane_in_pieces(lane, op->coll) && op->count > piece)
-        op->count = piece ? piece : 1;
+    if (hccl_lane_in_pieces(lane, op->coll)) {
+        size_t piece = lane->limits.max_bytes / hccl_dtype_size(op->dtype);
+        if (op->count > piece)
+            op->count = piece ? piece : 1;
+    }
     lane_round_init(lane, op);
     op->sig = hccl_sig_make(op->coll, op->dtype, op->op, op->root, op->call_count);
     if (lane->failed != hcclSuccess) {
