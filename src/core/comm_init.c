@@ -80,6 +80,11 @@ out:
  * between the cores are fast (docs/performance.md).
  */
 #define LANE_DIRECT_SPAN (8u << 20) /* the blocks of every rank together */
+/* A reduction's block copied into its slot costs its owner a pass over it that single-copy
+ * reads save (each rank reads its share of every block); the copy still wins while the
+ * buffers stay in the cache, the reads once the ranks' blocks together pass 32 MiB
+ * (docs/performance.md). */
+#define LANE_REDUCE_DIRECT_SPAN (32u << 20)
 
 /*
  * Where ranks share CPUs, an AllReduce above the lane's block runs faster as lane rounds of
@@ -88,9 +93,9 @@ out:
  */
 #define LANE_PIECES_SPAN ((size_t)128 << 20)
 
-static size_t lane_direct_min(const struct hcclComm *comm)
+static size_t lane_direct_min(const struct hcclComm *comm, size_t span)
 {
-    size_t fits = LANE_DIRECT_SPAN / (size_t)comm->nranks;
+    size_t fits = span / (size_t)comm->nranks;
 
     return fits > comm->params.cma_threshold ? fits : comm->params.cma_threshold;
 }
@@ -178,7 +183,8 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     bool shared = hccl_topo_host_cores_shared(comm);
     size_t max = comm->params.lane_max;
     hccl_lane_limits_t limits = {
-        max, HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX, NULL, false, 0, SIZE_MAX};
+        max,     HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX, SIZE_MAX, NULL, false, 0,
+        SIZE_MAX};
     int *group_of = NULL;
     hcclResult_t res;
 
@@ -196,7 +202,8 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
             limits.pieces_above = span > HCCL_WINDOW_CAP ? span : HCCL_WINDOW_CAP;
         }
     }
-    limits.direct_min = lane_direct_min(comm);
+    limits.direct_min = lane_direct_min(comm, LANE_DIRECT_SPAN);
+    limits.reduce_direct_min = lane_direct_min(comm, LANE_REDUCE_DIRECT_SPAN);
     if (limits.max_bytes == 0 || !win)
         return hcclSuccess;
     if (shared)

@@ -90,6 +90,7 @@ void hccl_lane_destroy(hccl_lane_t *lane)
     hccl_free(lane->gfirst);
     hccl_free(lane->piece);
     hccl_free(lane->choice);
+    hccl_free(lane->tiles);
     hccl_free(lane);
 }
 
@@ -308,11 +309,12 @@ bool hccl_lane_poll(void *arg)
             hccl_lane_publish(lane, op->next);
             moved = true;
         }
-        if (op->direct && !hccl_lane_released(lane, op))
+        /* A split Reduce ends at the other ranks once their part is out; a rank that gathers
+         * every part knows that every peer is done reading its block. */
+        bool gathers = op->split && (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root);
+        if (op->direct && !gathers && !hccl_lane_released(lane, op))
             return moved;
-        /* A split Reduce ends at the other ranks once their part is out. */
-        if (op->split && (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root) &&
-            !hccl_lane_gather(lane, op))
+        if (gathers && !hccl_lane_gather(lane, op))
             return moved;
         moved = true;
         if (lane_next_piece(lane, op))

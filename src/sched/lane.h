@@ -86,9 +86,12 @@ typedef struct {
      * receiver falls behind on (docs/performance.md). */
     size_t rooted_min;
     size_t rooted_max;
-    /* AlltoAll blocks of at least this many bytes are read from the caller's buffer
-     * single-copy, where every rank can, instead of copied through the slot. */
+    /* AlltoAll blocks of at least direct_min bytes, and the blocks of reductions (a
+     * ReduceScatter, a split AllReduce or Reduce) whose call has at least reduce_direct_min,
+     * are read from the caller's buffer single-copy, where every rank can, instead of copied
+     * through the slot. */
     size_t direct_min;
+    size_t reduce_direct_min;
     /* Each rank's CPU group (0 .. groups - 1; NULL: none): ranks pinned to one CPU. A split
      * AllReduce then sums each group's blocks within the group first, so that one partial sum
      * per group crosses between CPUs instead of every rank's block (hccl_lane_create copies it). */

@@ -16,16 +16,37 @@ static size_t op_block_bytes(const hccl_lane_t *lane, const hccl_lane_op_t *op)
 
 /*
  * Whether our block is read from sendbuf itself, single-copy, instead of copied into the slot:
- * an AlltoAll large enough (see direct_min) that does not write what peers read (in place).
- * Each rank decides for its own block; readers take each block as it was published.
+ * where the call is large enough (hccl_lane_limits_t) and nobody writes what a peer reads
+ * before the peer is done with it. An AlltoAll or a ReduceScatter in place would. The shares
+ * of a split AllReduce or Reduce are each read by the one rank that reduces it, and each share
+ * of recvbuf is written only by that rank (its result) or once its part is out (the gather);
+ * not grouped, where our block takes our group's sum. Each rank decides for its own block;
+ * readers take each block as it was published.
  */
 static bool lane_goes_direct(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t bytes)
 {
     const char *s = op->sendbuf, *r = op->recvbuf;
+    bool overlap = s < r + bytes && r < s + bytes;
 
-    if (op->coll != HCCL_COLL_ALLTOALL || bytes < lane->limits.direct_min ||
-        (s < r + bytes && r < s + bytes))
+    switch (op->coll) {
+    case HCCL_COLL_ALLTOALL:
+        if (bytes < lane->limits.direct_min || overlap)
+            return false;
+        break;
+    case HCCL_COLL_REDUCESCATTER:
+        if (bytes < lane->limits.reduce_direct_min || overlap)
+            return false;
+        break;
+    case HCCL_COLL_ALLREDUCE:
+    case HCCL_COLL_REDUCE:
+        /* A call in pieces by the whole call: its buffers are what the caches hold. */
+        if (!op->split || op->grouped ||
+            op->call_count * hccl_dtype_size(op->dtype) < lane->limits.reduce_direct_min)
+            return false;
+        break;
+    default:
         return false;
+    }
     return lane->win->direct_ok(lane->wctx);
 }
 
@@ -57,7 +78,7 @@ void hccl_lane_publish(hccl_lane_t *lane, hccl_lane_op_t *op)
     hccl_lane_choose_way(lane, op, bytes);
     op->direct = bytes && lane_goes_direct(lane, op, bytes);
     block = lane->win->block(lane->wctx, lane->rank, op->lseq);
-    if (op->split) {
+    if (op->split && !op->direct) {
         /* Our own share of a split operation is read by us alone, from sendbuf. */
         size_t esz = hccl_dtype_size(op->dtype), first, n;
         lane_own_share(lane, op, &first, &n);
@@ -97,14 +118,46 @@ static void lane_share(size_t count, int nranks, int r, size_t *first, size_t *n
     *n = base + ((size_t)r < rem);
 }
 
-/* Rank r's block: ours of a split operation is sendbuf (hccl_lane_publish). */
+/* Rank r's block: ours of a split or direct operation is sendbuf (hccl_lane_publish). */
 static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
 {
-    return op->split && r == lane->rank ? op->sendbuf : lane->win->block(lane->wctx, r, op->lseq);
+    return (op->split || op->direct) && r == lane->rank ? op->sendbuf
+                                                        : lane->win->block(lane->wctx, r, op->lseq);
 }
 
-/* A tile of a reduction: small enough that its partial sums stay in the first-level cache. */
+/*
+ * A tile of a reduction: small enough that its partial sums stay in the first-level cache.
+ * Where blocks are read single-copy, each read is a syscall that pins the pages: tiles as
+ * large as the second-level cache holds two of, with the partial sums, take fewer of them.
+ */
 #define LANE_TILE_BYTES 16384
+#define LANE_DIRECT_TILE_BYTES (256u << 10)
+
+/* Whether any peer's block of op is read single-copy (then into lane->tiles): only a
+ * reduction's shares are (lane_goes_direct). */
+static hcclResult_t lane_reads_direct(hccl_lane_t *lane, hccl_lane_op_t *op, bool *direct)
+{
+    *direct = false;
+    for (int r = 0;
+         r < lane->nranks && !*direct && (op->split || op->coll == HCCL_COLL_REDUCESCATTER); r++)
+        *direct = r != lane->rank && lane->win->is_direct(lane->wctx, r, op->lseq);
+    if (*direct && !lane->tiles && !(lane->tiles = hccl_malloc(2 * LANE_DIRECT_TILE_BYTES)))
+        return HCCL_FAIL(hcclSystemError, "lane: out of memory for %u bytes of tiles",
+                         2 * LANE_DIRECT_TILE_BYTES);
+    op->reads_direct |= *direct;
+    return hcclSuccess;
+}
+
+/* cb bytes of rank r's block from byte at: where they lie, or, where some are read
+ * single-copy (direct) and r's is, read into tmp. */
+static const char *lane_tile(hccl_lane_t *lane, hccl_lane_op_t *op, int r, size_t at, size_t cb,
+                             bool direct, char *tmp, hcclResult_t *res)
+{
+    if (!direct || r == lane->rank || !lane->win->is_direct(lane->wctx, r, op->lseq))
+        return lane_block_of(lane, op, r) + at;
+    *res = lane->win->read(lane->wctx, r, op->lseq, at, tmp, cb);
+    return tmp;
+}
 
 /*
  * dst = op over every rank's block at byte offset off, for n elements, in rank order, a tile
@@ -113,23 +166,37 @@ static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
  * is in the cache; it may be our own block (a split operation's share in place), whose tile
  * is read before it is written.
  */
-static void lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, void *also,
-                            size_t off, size_t n)
+static hcclResult_t lane_reduce_all(hccl_lane_t *lane, hccl_lane_op_t *op, void *dst, void *also,
+                                    size_t off, size_t n)
 {
-    size_t esz = hccl_dtype_size(op->dtype), tile = LANE_TILE_BYTES / esz;
-    const char *b0 = lane_block_of(lane, op, 0) + off, *b1 = lane_block_of(lane, op, 1) + off;
+    size_t esz = hccl_dtype_size(op->dtype), tile;
+    hcclResult_t res;
+    bool direct;
 
+    if ((res = lane_reads_direct(lane, op, &direct)) != hcclSuccess)
+        return res;
+    tile = (direct ? LANE_DIRECT_TILE_BYTES : LANE_TILE_BYTES) / esz;
     for (size_t at = 0; at < n; at += tile) {
-        size_t len = n - at < tile ? n - at : tile, byte = at * esz;
+        size_t len = n - at < tile ? n - at : tile, byte = at * esz, cb = len * esz;
         char *out = (char *)dst + byte;
-        hccl_reduce(out, b0 + byte, b1 + byte, len, op->dtype, op->op);
-        for (int r = 2; r < lane->nranks; r++)
-            hccl_reduce(out, out, lane_block_of(lane, op, r) + off + byte, len, op->dtype, op->op);
+        const char *b0 = lane_tile(lane, op, 0, off + byte, cb, direct, lane->tiles, &res);
+        const char *b1 = lane_tile(lane, op, 1, off + byte, cb, direct,
+                                   direct ? lane->tiles + LANE_DIRECT_TILE_BYTES : NULL, &res);
+        if (res != hcclSuccess)
+            return res;
+        hccl_reduce(out, b0, b1, len, op->dtype, op->op);
+        for (int r = 2; r < lane->nranks; r++) {
+            const char *b = lane_tile(lane, op, r, off + byte, cb, direct, lane->tiles, &res);
+            if (res != hcclSuccess)
+                return res;
+            hccl_reduce(out, out, b, len, op->dtype, op->op);
+        }
         if (op->op == hcclAvg)
             hccl_reduce_div(out, len, op->dtype, lane->nranks);
         if (also)
-            memcpy((char *)also + byte, out, len * esz);
+            memcpy((char *)also + byte, out, cb);
     }
+    return hcclSuccess;
 }
 
 /* A block that only moves: rank r's (ours too) to its place in recvbuf. */
@@ -155,47 +222,47 @@ static void lane_group_sum(hccl_lane_t *lane, hccl_lane_op_t *op);
 hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
 {
     size_t esz = hccl_dtype_size(op->dtype), cb = op->count * esz, first, n;
-    void *part;
+    hcclResult_t res = hcclSuccess;
 
     switch (op->coll) {
     case HCCL_COLL_BROADCAST:
     case HCCL_COLL_ALLGATHER:
-    case HCCL_COLL_ALLTOALL: {
-        /* The peers' blocks are in recvbuf already (lane_all_in); then those read from their
-         * owners' memory are released. */
-        hcclResult_t res = hccl_lane_move(lane, op, lane->rank);
-        if (res == hcclSuccess && op->reads_direct)
-            lane->win->raise(lane->wctx, HCCL_WINDOW_PART, op->lseq);
-        return res;
-    }
+    case HCCL_COLL_ALLTOALL:
+        /* The peers' blocks are in recvbuf already (lane_all_in). */
+        res = hccl_lane_move(lane, op, lane->rank);
+        break;
     case HCCL_COLL_REDUCESCATTER:
-        lane_reduce_all(lane, op, op->recvbuf, NULL, (size_t)lane->rank * cb, op->count);
-        return hcclSuccess;
+        res = lane_reduce_all(lane, op, op->recvbuf, NULL, (size_t)lane->rank * cb, op->count);
+        break;
     case HCCL_COLL_ALLREDUCE:
     case HCCL_COLL_REDUCE:
+        if (!op->split) {
+            if (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root)
+                res = lane_reduce_all(lane, op, op->recvbuf, NULL, 0, op->count);
+            break;
+        }
+        if (op->grouped) {
+            lane_group_sum(lane, op);
+            return hcclSuccess;
+        }
+        lane_share(op->count, lane->nranks, lane->rank, &first, &n);
+        /* Where we take the result, our part is copied to recvbuf tile by tile as it is
+         * reduced, while the tile is in the cache, instead of from the slot once it is all
+         * there. */
+        op->part_copied = op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root;
+        if (n)
+            res = lane_reduce_all(lane, op, lane->win->part(lane->wctx, lane->rank, op->lseq),
+                                  op->part_copied ? (char *)op->recvbuf + first * esz : NULL,
+                                  first * esz, n);
         break;
     default:
-        return hcclSuccess;
+        break;
     }
-    if (!op->split) {
-        if (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root)
-            lane_reduce_all(lane, op, op->recvbuf, NULL, 0, op->count);
-        return hcclSuccess;
-    }
-    if (op->grouped) {
-        lane_group_sum(lane, op);
-        return hcclSuccess;
-    }
-    lane_share(op->count, lane->nranks, lane->rank, &first, &n);
-    /* Where we take the result, our part is copied to recvbuf tile by tile as it is reduced,
-     * while the tile is in the cache, instead of from the slot once it is all there. */
-    op->part_copied = op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root;
-    part = lane->win->part(lane->wctx, lane->rank, op->lseq);
-    if (n)
-        lane_reduce_all(lane, op, part, op->part_copied ? (char *)op->recvbuf + first * esz : NULL,
-                        first * esz, n);
-    lane->win->raise(lane->wctx, HCCL_WINDOW_PART, op->lseq);
-    return hcclSuccess;
+    /* A split operation's part is out; the blocks read from their owners' memory are released
+     * (by the same flag). */
+    if (res == hcclSuccess && (op->split || op->reads_direct))
+        lane->win->raise(lane->wctx, HCCL_WINDOW_PART, op->lseq);
+    return res;
 }
 
 /* Which share of count split g ways holds element i (lane_share's inverse). */

@@ -41,6 +41,8 @@ struct hccl_lane {
     const char **piece;         /* [ngroups]: scratch of lane_pieces */
     lane_choice_t *choice;      /* rank 0, where grouped: [HCCL_WINDOW_WORDS] (lane_choice.c) */
     lane_last_t last;           /* rank 0: the operation it published last */
+    char *tiles;                /* two tiles of blocks read single-copy (lane_data.c), once
+                                   needed */
 };
 
 /* Rank 0's figures, one per size class (lane_choice.c). */

@@ -32,7 +32,8 @@ static int setup(void **state)
 {
     static lane_fixture_t f;
     hccl_lane_limits_t limits = {
-        LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX, SIZE_MAX, NULL, false, 0, SIZE_MAX};
+        LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX, SIZE_MAX, SIZE_MAX, NULL, false, 0,
+        SIZE_MAX};
 
     assert_int_equal(hccl_sim_world_create(NULL, N, &f.sim), hcclSuccess);
     assert_int_equal(hccl_lane_create(&hccl_sim_window_ops, hccl_sim_world_window(f.sim, 0), 0, N,
@@ -114,9 +115,9 @@ static void test_forced_lane(void **state)
 static void test_pieces(void **state)
 {
     lane_fixture_t *f = *state;
-    hccl_lane_limits_t limits = {
-        LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX, SIZE_MAX, NULL, false,
-        0,        2 * LANE_MAX};
+    hccl_lane_limits_t limits = {LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX,
+                                 SIZE_MAX, SIZE_MAX,           NULL,       false,
+                                 0,        2 * LANE_MAX};
     hccl_lane_t *lane;
     hccl_tuner_t t;
 

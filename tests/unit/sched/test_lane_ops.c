@@ -1,7 +1,7 @@
 /*
  * The lane's other collectives, publication ahead of a predecessor, replacement and failure,
- * split operations' waits, AlltoAll read in place, mismatched calls and which calls it takes;
- * over shm's window and sim's (lane_world.h).
+ * split operations' waits, mismatched calls and which calls it takes; over shm's window and
+ * sim's (lane_world.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,9 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -362,122 +359,6 @@ static void test_split_waits(void **state)
     world_free(w);
 }
 
-static void on_fatal_any(void *arg, hcclResult_t res, const char *msg)
-{
-    snprintf(arg, 512, "%d %s", (int)res, msg);
-}
-
-/* Every rank of w can read every other's memory (all are this process), and AlltoAll blocks
- * of at least direct_min bytes are read where their owner left them. */
-static void world_go_direct(world_t *w, size_t direct_min, int fds[2])
-{
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    for (int r = 0; !w->sim && r < w->n; r++) {
-        atomic_store(&((shm_seg_hdr_t *)w->seg[r])->reads_all, 1);
-        for (int p = 0; p < w->n; p++) {
-            w->conn[r][p].pid = getpid();
-            w->conn[r][p].out_fd = fds[0]; /* open and silent: the peer lives */
-        }
-    }
-    for (int r = 0; r < w->n; r++) {
-        hccl_lane_destroy(w->lane[r]);
-        assert_int_equal(hccl_lane_create(w->win, w->wctx[r], r, w->n,
-                                          &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX,
-                                                                0, HCCL_WINDOW_CAP, direct_min,
-                                                                NULL, false, 0, SIZE_MAX},
-                                          on_fatal_any, &w->fatal[r], &w->lane[r]),
-                         hcclSuccess);
-        if (w->sim)
-            w->win->on_bell(w->wctx[r], hccl_lane_poll, w->lane[r]);
-    }
-}
-
-/* AlltoAll blocks read single-copy from their owners' buffers, next to one copied through its
- * slot (in place): right everywhere, and an owner finishes only once every reader released it. */
-static void test_alltoall_direct(void **state)
-{
-    enum { N = 3, C = 5000 };
-    world_t *w = world_new(N, HCCL_WINDOW_CAP);
-    static int32_t in[N][N * C], out[N][N * C];
-    test_op_t t[N];
-    char buf[64];
-    int fds[2];
-
-    (void)state;
-    {
-        /* A sandbox that refuses process_vm_readv even on ourselves: the lane never goes
-         * direct there (its start-up probe fails), so there is nothing to test. */
-        int word = 1, got = 0;
-        struct iovec l = {&got, sizeof(got)}, r = {&word, sizeof(word)};
-        if (process_vm_readv(getpid(), &l, 1, &r, 1, 0) != (ssize_t)sizeof(got)) {
-            world_free(w);
-            skip();
-        }
-    }
-    world_go_direct(w, 4096, fds);
-    for (int r = 0; r < N; r++) {
-        for (int i = 0; i < N * C; i++) {
-            in[r][i] = 100000 * r + i;
-            out[r][i] = -1;
-        }
-        op_init(&t[r], HCCL_COLL_ALLTOALL, in[r], r == 1 ? in[r] : out[r], C, hcclInt32, hcclSum);
-    }
-    hccl_lane_enqueue(w->lane[0], &t[0].op);
-    hccl_lane_enqueue(w->lane[1], &t[1].op);
-    drive(w);
-    assert_true(t[0].op.direct);
-    assert_false(t[1].op.direct); /* in place: peers would read what it overwrites */
-    hccl_lane_enqueue(w->lane[2], &t[2].op);
-    assert_true(t[2].op.direct);
-    /* Rank 2 has read everything and released rank 0; its own block is still being read. */
-    assert_int_equal(t[2].done, 0);
-    assert_true(hccl_lane_waiting_for(w->lane[2], &t[2].op, buf, sizeof(buf)));
-    assert_string_equal(buf, "0, 1");
-    drive(w);
-    for (int r = 0; r < N; r++) {
-        const int32_t *got = r == 1 ? in[r] : out[r];
-        assert_int_equal(t[r].done, 1);
-        assert_int_equal(t[r].res, hcclSuccess);
-        for (int q = 0; q < N; q++)
-            for (int i = 0; i < C; i++)
-                assert_int_equal(got[q * C + i], 100000 * q + r * C + i);
-    }
-    /* Below direct_min, and a block whose address cannot be read: the reader's lane stops and
-     * says whose block it was. */
-    for (int r = 0; r < N; r++)
-        op_init(&t[r], HCCL_COLL_ALLTOALL, in[r], out[r], 100, hcclInt32, hcclSum);
-    hccl_lane_enqueue(w->lane[0], &t[0].op);
-    assert_false(t[0].op.direct);
-    drive(w);
-    hccl_lane_enqueue(w->lane[1], &t[1].op);
-    hccl_lane_enqueue(w->lane[2], &t[2].op);
-    drive(w);
-    for (int r = 0; r < N; r++)
-        assert_int_equal(t[r].done, 1);
-    for (int r = 0; r < N; r++)
-        op_init(&t[r], HCCL_COLL_ALLTOALL, in[r], out[r], C, hcclInt32, hcclSum);
-    if (w->sim) { /* a read that fails is shm's alone */
-        for (int r = 0; r < N; r++)
-            hccl_lane_enqueue(w->lane[r], &t[r].op);
-        drive(w);
-        for (int r = 0; r < N; r++)
-            assert_int_equal(t[r].done, 1);
-        goto out;
-    }
-    hccl_lane_enqueue(w->lane[0], &t[0].op);
-    ((shm_window_slot_t *)((char *)w->seg[0] + SHM_SEG_HDR_BYTES) + (t[0].op.lseq & 1))->addr = 4096;
-    hccl_lane_enqueue(w->lane[2], &t[2].op); /* reads rank 0's block first */
-    assert_int_equal(t[2].done, 0);
-    assert_non_null(strstr(w->fatal[2], "rank 0's window block"));
-    assert_int_equal(atoi(w->fatal[2]), hcclRemoteError);
-    hccl_lane_fail_all(w->lane[2], hcclRemoteError, "stopped");
-    assert_int_equal(t[2].res, hcclRemoteError);
-out:
-    close(fds[0]);
-    close(fds[1]);
-    world_free(w);
-}
-
 static void test_takes(void **state)
 {
     world_t *w = world_new(2, 100);
@@ -499,8 +380,8 @@ static void test_takes(void **state)
     /* Where ranks share CPUs, small rooted calls keep to plans. */
     hccl_lane_destroy(w->lane[0]);
     assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
-                                      &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL,
-                                                            false, 0, SIZE_MAX},
+                                      &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX,
+                                                            SIZE_MAX, NULL, false, 0, SIZE_MAX},
                                       lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 1023));
@@ -514,8 +395,8 @@ static void test_takes(void **state)
     /* AllReduces above pieces_above come back, in pieces; others between the two do not. */
     hccl_lane_destroy(w->lane[0]);
     assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
-                                      &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX, NULL,
-                                                            false, 0, 8192},
+                                      &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX,
+                                                            SIZE_MAX, NULL, false, 0, 8192},
                                       lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_true(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLREDUCE));
@@ -535,13 +416,9 @@ static void test_takes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_publish_ahead),
-        cmocka_unit_test(test_wait_replace_fail),
-        cmocka_unit_test(test_mismatch),
-        cmocka_unit_test(test_other_collectives),
-        cmocka_unit_test(test_split_waits),
-        cmocka_unit_test(test_alltoall_direct),
-        cmocka_unit_test(test_takes),
+        cmocka_unit_test(test_publish_ahead), cmocka_unit_test(test_wait_replace_fail),
+        cmocka_unit_test(test_mismatch),      cmocka_unit_test(test_other_collectives),
+        cmocka_unit_test(test_split_waits),   cmocka_unit_test(test_takes),
     };
     int failed;
 
