@@ -71,10 +71,12 @@ const char *hccl_frame_check(const hccl_frame_t *f, uint64_t comm_id, bool rndv_
             return "single-copy offer on a link without single copy";
         /* fall through */
     case HCCL_FRAME_DATA:
+    case HCCL_FRAME_ASK:
         return f->len > HCCL_WIRE_MAX_LEN ? "length too large" : NULL;
     case HCCL_FRAME_FIN:
     case HCCL_FRAME_NACK:
     case HCCL_FRAME_PULL:
+    case HCCL_FRAME_CREDIT:
         /* len: the credit the answer carries (frame.h, eager_cap) */
         return f->len > HCCL_WIRE_MAX_LEN || f->addr != 0 ? "answer with an address or a bad credit"
                                                           : NULL;

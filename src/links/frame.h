@@ -12,7 +12,7 @@
 #include "links/link.h"
 
 #define HCCL_WIRE_MAGIC 0x4c434348u /* "HCCL" little-endian */
-#define HCCL_WIRE_VERSION 1
+#define HCCL_WIRE_VERSION 2
 /* Largest single message accepted from the wire (protects the unexpected-message allocation). */
 #define HCCL_WIRE_MAX_LEN (1ull << 40)
 
@@ -23,7 +23,9 @@ enum {
     HCCL_FRAME_NACK = 4, /* the receiver cannot read it: send it as DATA; len: credit */
     HCCL_FRAME_BYE = 5,  /* the sender destroyed its communicator: its EOF is expected */
     HCCL_FRAME_PULL = 6, /* the receive of an RTS message is posted: send it as DATA; len: credit */
-    HCCL_FRAME_CAUSE = 8, /* why the sender's communicator fails: a hccl_cause_t follows */
+    HCCL_FRAME_ASK = 7,  /* DATA whose receiver answers CREDIT once it is in: see eager_cap */
+    HCCL_FRAME_CAUSE = 8,  /* why the sender's communicator fails: a hccl_cause_t follows */
+    HCCL_FRAME_CREDIT = 9, /* the answer to an ASK; len: credit */
 };
 
 typedef struct {
@@ -158,14 +160,20 @@ struct hccl_framer {
      * it delivered to posted receives in the answers to offers (FIN, PULL, NACK: their len),
      * which the sender reads before its send completes: no frame of its own that a peer could
      * leave unread when it closes (a socket closed with unread bytes is reset, and the reset
-     * can drop what the other side had not read yet). So what a receiver holds for receives not
-     * posted yet stays under eager_cap bytes of payload per peer, however far a sender runs
-     * ahead, and no plan can deadlock on it: every plan already runs on the sim link, where a
-     * send completes only at its receive. A peer that sends past the cap anyway is failed.
-     * Offers need a link that takes them (single copy or pulling); elsewhere there is no cap.
+     * can drop what the other side had not read yet). Past half the cap, one DATA message at a
+     * time goes as ASK, which the receiver answers with a CREDIT once it is in: the credit
+     * returns without holding any data back, where waiting for the cap holds the offered
+     * message for a round trip although the receiver has long delivered the rest. A sender
+     * reads the answer to its ASK before it closes a socket (tcp_shutdown). So what a receiver
+     * holds for receives not posted yet stays under eager_cap bytes of payload per peer, however
+     * far a sender runs ahead, and no plan can deadlock on it: every plan already runs on the sim
+     * link, where a send completes only at its receive. A peer that sends past the cap anyway is
+     * failed. Offers need a link that takes them (single copy or pulling); elsewhere there is no
+     * cap.
      */
     size_t eager_cap;
     uint64_t tx_uncredited; /* DATA bytes written and not credited back yet */
+    bool tx_asking;         /* an ASK is written and its CREDIT not read yet */
     uint64_t rx_held;       /* DATA bytes held for receives not posted yet */
     uint64_t rx_uncredited; /* DATA bytes delivered and not credited to the sender yet */
     bool failed;

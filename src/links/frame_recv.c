@@ -110,16 +110,17 @@ static hcclResult_t framer_on_header(hccl_framer_t *s)
         return framer_protocol_error(s, why);
     switch (f->type) {
     case HCCL_FRAME_DATA:
+    case HCCL_FRAME_ASK:
     case HCCL_FRAME_RTS:
         HCCL_CHECK(framer_check_sig_posted(s, f));
         x = hccl_xfer_queue_take(&s->posted, f->seq, f->tag);
-        if (!x && f->type == HCCL_FRAME_DATA && s->park_unmatched && f->len >= FRAMER_PARK_MIN &&
+        if (!x && f->type != HCCL_FRAME_RTS && s->park_unmatched && f->len >= FRAMER_PARK_MIN &&
             hccl_reactor_posts_pending(s->reactor)) {
             s->rx_parked = true;
             return hcclSuccess;
         }
         if (!x)
-            return framer_hold(s, f->type == HCCL_FRAME_DATA);
+            return framer_hold(s, f->type != HCCL_FRAME_RTS);
         if (framer_check_len(s, f, x) != hcclSuccess)
             return framer_fail_xfer(s, x, hcclInvalidUsage);
         if (f->type == HCCL_FRAME_RTS)
@@ -141,6 +142,11 @@ static hcclResult_t framer_on_header(hccl_framer_t *s)
         return hcclSuccess;
     case HCCL_FRAME_BYE:
         return framer_on_bye(s);
+    case HCCL_FRAME_CREDIT:
+        if (!s->tx_asking)
+            return framer_protocol_error(s, "credit that was not asked for");
+        s->tx_asking = false;
+        return framer_on_credit(s, f->len);
     case HCCL_FRAME_CAUSE:
         framer_expect_cause(s);
         return hcclSuccess;
@@ -170,7 +176,19 @@ static hcclResult_t framer_on_header(hccl_framer_t *s)
     }
 }
 
+static hcclResult_t framer_payload_in(hccl_framer_t *s);
+
+/* The payload of the frame in rx_hdr is in; an ASK is answered with the credit of what was
+ * delivered by then (frame.h, eager_cap). */
 static hcclResult_t framer_on_payload_done(hccl_framer_t *s)
+{
+    bool ask = !s->rx_in_cause && s->rx_hdr.type == HCCL_FRAME_ASK;
+    hcclResult_t res = framer_payload_in(s);
+
+    return res == hcclSuccess && ask ? framer_queue_ctl(s, HCCL_FRAME_CREDIT, 0, 0) : res;
+}
+
+static hcclResult_t framer_payload_in(hccl_framer_t *s)
 {
     s->rx_in_payload = false;
     if (s->rx_in_cause)

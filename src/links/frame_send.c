@@ -24,8 +24,9 @@ hcclResult_t framer_queue_ctl(hccl_framer_t *s, uint16_t type, uint64_t seq, uin
 
     if (!c)
         return HCCL_FAIL(hcclSystemError, "rank %d: out of memory for a control frame", s->rank);
-    if (type == HCCL_FRAME_FIN || type == HCCL_FRAME_PULL || type == HCCL_FRAME_NACK) {
-        /* An answer to an offer, which the sender reads before its send completes: it carries
+    if (type == HCCL_FRAME_FIN || type == HCCL_FRAME_PULL || type == HCCL_FRAME_NACK ||
+        type == HCCL_FRAME_CREDIT) {
+        /* An answer, which the sender reads before its send completes or it closes: it carries
          * what was delivered since the last one (frame.h, eager_cap). */
         credit = s->rx_uncredited;
         s->rx_uncredited = 0;
@@ -95,11 +96,17 @@ static void framer_tx_next(hccl_framer_t *s)
                    framer_over_cap(s, x->len);
             addr = rndv ? (uint64_t)(uintptr_t)x->buf : 0;
         }
-        if (!rndv && s->eager_cap && framer_offers_taken(s))
+        uint16_t type = rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA;
+        if (!rndv && s->eager_cap && framer_offers_taken(s)) {
             s->tx_uncredited += x->len;
+            /* Credit asked for ahead of the cap (frame.h, eager_cap). */
+            if (!s->tx_asking && x->len && s->tx_uncredited > s->eager_cap / 2) {
+                s->tx_asking = true;
+                type = HCCL_FRAME_ASK;
+            }
+        }
         s->tx_cur = x;
-        framer_fill(s, &s->tx_hdr, rndv ? HCCL_FRAME_RTS : HCCL_FRAME_DATA, x->seq, x->tag, x->len,
-                    addr);
+        framer_fill(s, &s->tx_hdr, type, x->seq, x->tag, x->len, addr);
         s->tx_hdr.sig = x->sig;
     }
     s->tx_hdr_done = 0;
@@ -146,7 +153,9 @@ static hcclResult_t framer_tx_frames(hccl_framer_t *s, bool *moved)
                 return hcclSuccess;
             framer_tx_next(s);
         }
-        payload = s->tx_hdr.type == HCCL_FRAME_DATA ? s->tx_cur->len : 0;
+        payload = s->tx_hdr.type == HCCL_FRAME_DATA || s->tx_hdr.type == HCCL_FRAME_ASK
+                      ? s->tx_cur->len
+                      : 0;
         if (s->tx_ctl && s->tx_ctl->cause)
             payload = sizeof(*s->tx_ctl->cause);
         if (s->tx_hdr_done < sizeof(s->tx_hdr)) {

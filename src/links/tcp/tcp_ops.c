@@ -473,6 +473,15 @@ static void tcp_shutdown(void *vctx, int64_t deadline_ms)
             if (left <= 0 || poll(&p, 1, (int)left) <= 0)
                 break;
         }
+        /* The answer to our ASK is read before we close: a socket closed with unread bytes
+         * is reset, which can drop what the peer has not read yet (frame.h, eager_cap). */
+        while (tc->framer.tx_asking && !tc->framer.failed && !tc->framer.peer_bye) {
+            struct pollfd p = {.fd = tc->fd, .events = POLLIN};
+            int64_t left = deadline_ms - hccl_now_ms();
+            if (left <= 0 || poll(&p, 1, (int)left) <= 0 ||
+                hccl_is_failure(hccl_framer_rx(&tc->framer, TCP_RX_BUDGET)))
+                break;
+        }
     }
 }
 
