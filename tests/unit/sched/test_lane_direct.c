@@ -23,11 +23,26 @@ static void on_fatal_any(void *arg, hcclResult_t res, const char *msg)
     snprintf(arg, 512, "%d %s", (int)res, msg);
 }
 
-/* Every rank of w can read every other's memory (all are this process); its lanes are made
- * anew with limits (direct_min and reduce_direct_min: which blocks are read where their owner
- * left them). */
-static void world_go_direct(world_t *w, const hccl_lane_limits_t *limits, int fds[2])
+/* A sandbox may refuse process_vm_readv even on ourselves: the lane never goes direct there
+ * (its start-up probe fails), so there is nothing to test. */
+static bool cma_refused(void)
 {
+    int word = 1, got = 0;
+    struct iovec l = {&got, sizeof(got)}, r = {&word, sizeof(word)};
+
+    return process_vm_readv(getpid(), &l, 1, &r, 1, 0) != (ssize_t)sizeof(got);
+}
+
+/* A world of n ranks that can each read every other's memory (all are this process), whose
+ * lanes take limits (direct_min and reduce_direct_min: which blocks are read where their
+ * owner left them); NULL where the sandbox refuses such reads. */
+static world_t *direct_world(int n, const hccl_lane_limits_t *limits, int fds[2])
+{
+    world_t *w;
+
+    if (cma_refused())
+        return NULL;
+    w = world_new(n, HCCL_WINDOW_CAP);
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
     for (int r = 0; !w->sim && r < w->n; r++) {
         atomic_store(&((shm_seg_hdr_t *)w->seg[r])->reads_all, 1);
@@ -44,16 +59,28 @@ static void world_go_direct(world_t *w, const hccl_lane_limits_t *limits, int fd
         if (w->sim)
             w->win->on_bell(w->wctx[r], hccl_lane_poll, w->lane[r]);
     }
+    return w;
 }
 
-/* A sandbox may refuse process_vm_readv even on ourselves: the lane never goes direct there
- * (its start-up probe fails), so there is nothing to test. */
-static bool cma_refused(void)
+/* Ranks 0 and 1 start t first; rank 2 comes last, reads what it needs, and its block, read
+ * single-copy, holds it until both released it; then all three finish. */
+static void last_waits_for_release(world_t *w, test_op_t *t)
 {
-    int word = 1, got = 0;
-    struct iovec l = {&got, sizeof(got)}, r = {&word, sizeof(word)};
+    char buf[64];
 
-    return process_vm_readv(getpid(), &l, 1, &r, 1, 0) != (ssize_t)sizeof(got);
+    hccl_lane_enqueue(w->lane[0], &t[0].op);
+    hccl_lane_enqueue(w->lane[1], &t[1].op);
+    drive(w);
+    hccl_lane_enqueue(w->lane[2], &t[2].op);
+    assert_true(t[2].op.direct);
+    assert_int_equal(t[2].done, 0);
+    assert_true(hccl_lane_waiting_for(w->lane[2], &t[2].op, buf, sizeof(buf)));
+    assert_string_equal(buf, "0, 1");
+    drive(w);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(t[r].done, 1);
+        assert_int_equal(t[r].res, hcclSuccess);
+    }
 }
 
 /* AlltoAll blocks read single-copy from their owners' buffers, next to one copied through its
@@ -61,21 +88,18 @@ static bool cma_refused(void)
 static void test_alltoall_direct(void **state)
 {
     enum { N = 3, C = 5000 };
-    world_t *w = world_new(N, HCCL_WINDOW_CAP);
     static int32_t in[N][N * C], out[N][N * C];
     test_op_t t[N];
-    char buf[64];
     int fds[2];
+    world_t *w =
+        direct_world(N,
+                     &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX, 0, HCCL_WINDOW_CAP,
+                                           4096, SIZE_MAX, NULL, false, 0, SIZE_MAX},
+                     fds);
 
     (void)state;
-    if (cma_refused()) {
-        world_free(w);
+    if (!w)
         skip();
-    }
-    world_go_direct(w,
-                    &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX, 0, HCCL_WINDOW_CAP,
-                                          4096, SIZE_MAX, NULL, false, 0, SIZE_MAX},
-                    fds);
     for (int r = 0; r < N; r++) {
         for (int i = 0; i < N * C; i++) {
             in[r][i] = 100000 * r + i;
@@ -83,22 +107,11 @@ static void test_alltoall_direct(void **state)
         }
         op_init(&t[r], HCCL_COLL_ALLTOALL, in[r], r == 1 ? in[r] : out[r], C, hcclInt32, hcclSum);
     }
-    hccl_lane_enqueue(w->lane[0], &t[0].op);
-    hccl_lane_enqueue(w->lane[1], &t[1].op);
-    drive(w);
+    last_waits_for_release(w, t);
     assert_true(t[0].op.direct);
     assert_false(t[1].op.direct); /* in place: peers would read what it overwrites */
-    hccl_lane_enqueue(w->lane[2], &t[2].op);
-    assert_true(t[2].op.direct);
-    /* Rank 2 has read everything and released rank 0; its own block is still being read. */
-    assert_int_equal(t[2].done, 0);
-    assert_true(hccl_lane_waiting_for(w->lane[2], &t[2].op, buf, sizeof(buf)));
-    assert_string_equal(buf, "0, 1");
-    drive(w);
     for (int r = 0; r < N; r++) {
         const int32_t *got = r == 1 ? in[r] : out[r];
-        assert_int_equal(t[r].done, 1);
-        assert_int_equal(t[r].res, hcclSuccess);
         for (int q = 0; q < N; q++)
             for (int i = 0; i < C; i++)
                 assert_int_equal(got[q * C + i], 100000 * q + r * C + i);
@@ -175,22 +188,18 @@ static void direct_check(const void *got, size_t first, size_t n, hcclDataType_t
 static void test_reduce_direct(void **state)
 {
     const size_t count = DN * DSHARE, piece = count / 2 + 1;
-    world_t *w = world_new(DN, HCCL_WINDOW_CAP);
     void *sbuf[DN], *rbuf[DN];
     test_op_t t[DN];
-    char buf[64];
     int fds[2];
+    /* Blocks of a piece (4 bytes each) below reduce_direct_min, the call's above. */
+    world_t *w = direct_world(DN,
+                              &(hccl_lane_limits_t){piece * 4, HCCL_LANE_FLAT_MAX, 0, piece * 4,
+                                                    SIZE_MAX, count * 4, NULL, false, 0, piece * 4},
+                              fds);
 
     (void)state;
-    if (cma_refused()) {
-        world_free(w);
+    if (!w)
         skip();
-    }
-    /* Blocks of a piece (4 bytes each) below reduce_direct_min, the call's above. */
-    world_go_direct(w,
-                    &(hccl_lane_limits_t){piece * 4, HCCL_LANE_FLAT_MAX, 0, piece * 4, SIZE_MAX,
-                                          count * 4, NULL, false, 0, piece * 4},
-                    fds);
     for (int k = 0; k < 2; k++) {
         hcclDataType_t dt = k ? hcclFloat32 : hcclInt32;
         hcclRedOp_t op = k ? hcclSum : hcclMax;
@@ -222,19 +231,7 @@ static void test_reduce_direct(void **state)
         rbuf[r] = calloc(count, 4);
         op_init(&t[r], HCCL_COLL_REDUCE, sbuf[r], rbuf[r], count, hcclInt32, hcclSum);
     }
-    hccl_lane_enqueue(w->lane[0], &t[0].op);
-    hccl_lane_enqueue(w->lane[1], &t[1].op);
-    drive(w);
-    hccl_lane_enqueue(w->lane[2], &t[2].op);
-    assert_true(t[2].op.direct);
-    assert_int_equal(t[2].done, 0);
-    assert_true(hccl_lane_waiting_for(w->lane[2], &t[2].op, buf, sizeof(buf)));
-    assert_string_equal(buf, "0, 1");
-    drive(w);
-    for (int r = 0; r < DN; r++) {
-        assert_int_equal(t[r].done, 1);
-        assert_int_equal(t[r].res, hcclSuccess);
-    }
+    last_waits_for_release(w, t);
     direct_check(rbuf[0], 0, count, hcclInt32, hcclSum, 20, "reduce");
     /* ReduceScatter: each rank's result is its share of the call (DSHARE elements). */
     for (int r = 0; r < DN; r++) {
