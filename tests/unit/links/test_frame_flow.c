@@ -184,12 +184,34 @@ static void test_bogus_credit_fails(void **state)
     world_free(w);
 }
 
+/* Credit comes only when asked for (ASK): any other is a broken peer. */
+static void test_unasked_credit_fails(void **state)
+{
+    world_t *w = world_new(&io_rndv, 64u << 10);
+    hccl_frame_t f;
+    hcclResult_t res;
+
+    (void)state;
+    set_cap(w, CAP);
+    assert_false(w->ep[0].s.tx_asking);
+    memset(&f, 0, sizeof(f));
+    f.magic = HCCL_WIRE_MAGIC;
+    f.version = HCCL_WIRE_VERSION;
+    f.type = HCCL_FRAME_CREDIT;
+    assert_int_equal(send(w->ep[1].fd, &f, sizeof(f), MSG_NOSIGNAL), (ssize_t)sizeof(f));
+    res = hccl_framer_rx(&w->ep[0].s, SIZE_MAX);
+    assert_true(hccl_is_failure(res));
+    assert_non_null(strstr(hccl_error_last(), "credit that was not asked for"));
+    ep_failed(&w->ep[0], res, true);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cap_single_copy),    cmocka_unit_test(test_cap_pulled),
         cmocka_unit_test(test_cap_receiver_ahead), cmocka_unit_test(test_peer_ignoring_cap_fails),
-        cmocka_unit_test(test_bogus_credit_fails),
+        cmocka_unit_test(test_bogus_credit_fails), cmocka_unit_test(test_unasked_credit_fails),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
