@@ -311,7 +311,7 @@ bool hccl_lane_poll(void *arg)
         }
         /* A split Reduce ends at the other ranks once their part is out; a rank that gathers
          * every part knows that every peer is done reading its block. */
-        bool gathers = op->split && (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root);
+        bool gathers = op->split && hccl_lane_takes_result(lane, op);
         if (op->direct && !gathers && !hccl_lane_released(lane, op))
             return moved;
         if (gathers && !hccl_lane_gather(lane, op))

@@ -127,8 +127,8 @@ static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
 
 /*
  * A tile of a reduction: small enough that its partial sums stay in the first-level cache.
- * Where blocks are read single-copy, each read is a syscall that pins the pages: tiles as
- * large as the second-level cache holds two of, with the partial sums, take fewer of them.
+ * Where blocks are read single-copy, each read is a syscall that pins the pages: larger
+ * tiles, two read ones and the partial sums still within the second-level cache, take fewer.
  */
 #define LANE_TILE_BYTES 16384
 #define LANE_DIRECT_TILE_BYTES (256u << 10)
@@ -138,8 +138,9 @@ static const char *lane_block_of(hccl_lane_t *lane, hccl_lane_op_t *op, int r)
 static hcclResult_t lane_reads_direct(hccl_lane_t *lane, hccl_lane_op_t *op, bool *direct)
 {
     *direct = false;
-    for (int r = 0;
-         r < lane->nranks && !*direct && (op->split || op->coll == HCCL_COLL_REDUCESCATTER); r++)
+    if (!op->split && op->coll != HCCL_COLL_REDUCESCATTER)
+        return hcclSuccess;
+    for (int r = 0; r < lane->nranks && !*direct; r++)
         *direct = r != lane->rank && lane->win->is_direct(lane->wctx, r, op->lseq);
     if (*direct && !lane->tiles && !(lane->tiles = hccl_malloc(2 * LANE_DIRECT_TILE_BYTES)))
         return HCCL_FAIL(hcclSystemError, "lane: out of memory for %u bytes of tiles",
@@ -237,7 +238,7 @@ hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
     case HCCL_COLL_ALLREDUCE:
     case HCCL_COLL_REDUCE:
         if (!op->split) {
-            if (op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root)
+            if (hccl_lane_takes_result(lane, op))
                 res = lane_reduce_all(lane, op, op->recvbuf, NULL, 0, op->count);
             break;
         }
@@ -249,7 +250,7 @@ hcclResult_t hccl_lane_reduce(hccl_lane_t *lane, hccl_lane_op_t *op)
         /* Where we take the result, our part is copied to recvbuf tile by tile as it is
          * reduced, while the tile is in the cache, instead of from the slot once it is all
          * there. */
-        op->part_copied = op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root;
+        op->part_copied = hccl_lane_takes_result(lane, op);
         if (n)
             res = lane_reduce_all(lane, op, lane->win->part(lane->wctx, lane->rank, op->lseq),
                                   op->part_copied ? (char *)op->recvbuf + first * esz : NULL,

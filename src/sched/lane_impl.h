@@ -45,6 +45,12 @@ struct hccl_lane {
                                    needed */
 };
 
+/* An AllReduce or Reduce: whether this rank takes the result (all of them; a Reduce's root). */
+static inline bool hccl_lane_takes_result(const hccl_lane_t *lane, const hccl_lane_op_t *op)
+{
+    return op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root;
+}
+
 /* Rank 0's figures, one per size class (lane_choice.c). */
 hcclResult_t hccl_lane_choice_create(hccl_lane_t *lane);
 /* As op is published (its lseq set): whether it runs grouped, and rank 0's timing of it. */
