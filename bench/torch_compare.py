@@ -10,13 +10,19 @@ For each rank count (2, 4) and link set (shm: the default; tcp: HCCL_LINKS=tcp) 
 ranks through build/tools/hccl-run; each rank makes a Gloo group and a hostccl group and
 times all_reduce (float32) on both, alternating, size by size, repetition by repetition;
 then a DDP step of a ~3M-parameter MLP (bucket_cap_mb=1, OMP_NUM_THREADS=1) on each, with
-the share of the step spent in communication. Last, the binding's own cost: comm.all_reduce
-of 8 bytes from Python next to hccl-perf's 8 bytes. Results (JSON lines and a summary) go
+the share of the step spent in communication. Over tcp a third row, "floor", times only the
+bytes a ring AllReduce moves (each rank sends 2(n-1)/n of the buffer to the next rank over a
+loopback TCP socket and receives as much from the previous one, no sums), interleaved with the
+other two: what any AllReduce that sends those bytes over TCP costs on this machine at least.
+Last, the binding's own cost: comm.all_reduce of 8 bytes from Python next to hccl-perf's 8
+bytes. Results (JSON lines and a summary) go
 to bench/results/torch-<time>/.
 """
 import argparse
 import json
 import os
+import select
+import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +31,48 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BENCH_HCCL_BUILD", os.path.join(ROOT, "build"))
 SIZES = [8] + [64 << 10 << (2 * k) for k in range(6)]  # 8 B, 64 KiB .. 64 MiB
+
+
+FLOOR_PIECE = 512 << 10  # bytes per send or receive call, as the ring's chunks
+
+
+def ring_sockets(store, rank, n):
+    """Loopback TCP sockets to the next rank and from the previous one, non-blocking."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    store.set("floor%d" % rank, str(lsock.getsockname()[1]))
+    nxt = socket.create_connection(("127.0.0.1", int(store.get("floor%d" % ((rank + 1) % n)))))
+    prv, _ = lsock.accept()
+    lsock.close()
+    for s in (nxt, prv):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.setblocking(False)
+    return nxt, prv
+
+
+def ring_bytes(nxt, prv, buf, total):
+    """Send total bytes of buf (round and round) to nxt while receiving as many from prv."""
+    view, size = memoryview(buf), len(buf)
+    sent = got = 0
+    poller = select.poll()
+    poller.register(nxt, select.POLLOUT)
+    poller.register(prv, select.POLLIN)
+    while sent < total or got < total:
+        for fd, ev in poller.poll():
+            if fd == nxt.fileno() and ev & select.POLLOUT:
+                o = sent % size
+                sent += nxt.send(view[o:o + min(FLOOR_PIECE, total - sent, size - o)])
+                if sent == total:
+                    poller.unregister(nxt)
+            elif fd == prv.fileno() and ev & (select.POLLIN | select.POLLHUP):
+                o = got % size
+                k = prv.recv_into(view[o:o + min(FLOOR_PIECE, total - got, size - o)])
+                if k == 0:
+                    raise RuntimeError("floor: the previous rank closed its socket")
+                got += k
+                if got == total:
+                    poller.unregister(prv)
 
 
 def rank_main(args):
@@ -42,6 +90,7 @@ def rank_main(args):
     store = dist.TCPStore(host, int(port), n, rank == 0, timeout=timedelta(seconds=300))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=n)
     groups = {"gloo": dist.group.WORLD, "hostccl": dist.new_group(backend="hostccl")}
+    floor = ring_sockets(store, rank, n) if os.environ.get("HCCL_LINKS") == "tcp" else None
     def emit(r):
         # As it goes, so that a run cut short still leaves what it measured.
         if rank == 0:
@@ -67,6 +116,13 @@ def rank_main(args):
                 emit({"kind": "allreduce", "backend": name, "bytes": size, "rep": rep,
                             "us": t * 1e6,
                             "busbw_GBps": 2 * (n - 1) / n * size / t / 1e9})
+            if floor and n > 1 and size >= (1 << 20):
+                buf = bytearray(x.numel() * 4)
+                total = 2 * (n - 1) * (len(buf) // n)
+                ring_bytes(*floor, buf, total)  # warm
+                t = timed(lambda: ring_bytes(*floor, buf, total), iters)
+                emit({"kind": "allreduce", "backend": "floor", "bytes": size, "rep": rep,
+                      "us": t * 1e6, "busbw_GBps": 2 * (n - 1) / n * size / t / 1e9})
 
     def mlp():
         torch.manual_seed(0)
@@ -103,6 +159,8 @@ def rank_main(args):
                         "median_ms": statistics.median(steps) * 1e3, "p90_ms": q[8] * 1e3,
                         "comm_share": statistics.median(comm_t) / statistics.median(steps)})
             del grads
+    for s in floor or ():
+        s.close()
     dist.destroy_process_group(groups["hostccl"])
     dist.destroy_process_group()
 
@@ -153,8 +211,12 @@ def summarize(results):
     for (n, links, size, be) in sorted(k for k in ar if k[3] == "hostccl"):
         h = statistics.median(ar[(n, links, size, "hostccl")])
         g = statistics.median(ar.get((n, links, size, "gloo"), [float("nan")]))
-        lines.append("allreduce n=%d links=%-18s %9d B: hostccl %10.1f us  gloo %10.1f us  "
-                     "gloo/hostccl %.1fx" % (n, links, size, h, g, g / h))
+        line = ("allreduce n=%d links=%-18s %9d B: hostccl %10.1f us  gloo %10.1f us  "
+                "gloo/hostccl %.1fx" % (n, links, size, h, g, g / h))
+        if (n, links, size, "floor") in ar:
+            f = statistics.median(ar[(n, links, size, "floor")])
+            line += "  floor %.1f us: gloo/floor %.1fx" % (f, g / f)
+        lines.append(line)
     dd = {}
     for r in results:
         if r["kind"] == "ddp":
