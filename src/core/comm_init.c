@@ -75,9 +75,10 @@ out:
  * sender's buffer (single-copy, a syscall that pins pages) crosses it once. The copy wins while
  * the ranks' buffers and slots (about four times the block each) stay in a last-level cache of
  * 32 MiB (what LANE_DIRECT_SPAN assumes), beyond it the read; where copies between the cores
- * are slow, the read wins at smaller sizes too. AllGather and Broadcast, whose copy crosses
- * memory n + 1 times against the read's n - 1, are still slower with the read where copies
- * between the cores are fast (docs/performance.md).
+ * are slow, the read wins at smaller sizes too, which rank 0 finds by timing both
+ * (direct_choice_min). AllGather and Broadcast, whose copy crosses memory n + 1 times against
+ * the read's n - 1, are still slower with the read where copies between the cores are fast
+ * (docs/performance.md).
  */
 #define LANE_DIRECT_SPAN (8u << 20) /* the blocks of every rank together */
 /* A reduction's block copied into its slot costs its owner a pass over it that single-copy
@@ -182,9 +183,13 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     const hccl_window_ops_t *win = comm_window(comm, &wctx);
     bool shared = hccl_topo_host_cores_shared(comm);
     size_t max = comm->params.lane_max;
-    hccl_lane_limits_t limits = {
-        max,     HCCL_LANE_FLAT_MAX, shared ? 1024 : 0, max, SIZE_MAX, SIZE_MAX, NULL, false, 0,
-        SIZE_MAX};
+    hccl_lane_limits_t limits = {.max_bytes = max,
+                                 .flat_max = HCCL_LANE_FLAT_MAX,
+                                 .rooted_min = shared ? 1024 : 0,
+                                 .rooted_max = max,
+                                 .direct_min = SIZE_MAX,
+                                 .reduce_direct_min = SIZE_MAX,
+                                 .pieces_above = SIZE_MAX};
     int *group_of = NULL;
     hcclResult_t res;
 
@@ -204,6 +209,8 @@ static hcclResult_t comm_open_lane(struct hcclComm *comm)
     }
     limits.direct_min = lane_direct_min(comm, LANE_DIRECT_SPAN);
     limits.reduce_direct_min = lane_direct_min(comm, LANE_REDUCE_DIRECT_SPAN);
+    /* Either way from the single-copy line on, as rank 0 times them (lane_choice.c). */
+    limits.direct_choice_min = comm->params.cma_threshold ? comm->params.cma_threshold : 1;
     if (limits.max_bytes == 0 || !win)
         return hcclSuccess;
     if (shared)

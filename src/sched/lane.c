@@ -45,8 +45,6 @@ static hcclResult_t lane_set_groups(hccl_lane_t *lane, const int *group_of)
     }
     lane->gfirst[ngroups] = at;
     lane->ngroups = ngroups > 1 && shared ? ngroups : 0;
-    if (lane->ngroups && lane->rank == 0 && !lane->limits.group_always)
-        return hccl_lane_choice_create(lane);
     return hcclSuccess;
 }
 
@@ -55,6 +53,7 @@ hcclResult_t hccl_lane_create(const hccl_window_ops_t *win, void *wctx, int rank
                               void *fatal_arg, hccl_lane_t **lane_p)
 {
     hccl_lane_t *lane = hccl_calloc(1, sizeof(*lane));
+    hcclResult_t res;
 
     if (!lane)
         return HCCL_FAIL(hcclSystemError, "lane: out of memory");
@@ -71,12 +70,12 @@ hcclResult_t hccl_lane_create(const hccl_window_ops_t *win, void *wctx, int rank
     lane->failed = hcclSuccess;
     lane->on_fatal = on_fatal;
     lane->fatal_arg = fatal_arg;
-    if (limits->group_of) {
-        hcclResult_t res = lane_set_groups(lane, limits->group_of);
-        if (res != hcclSuccess) {
-            hccl_lane_destroy(lane);
-            return res;
-        }
+    res = limits->group_of ? lane_set_groups(lane, limits->group_of) : hcclSuccess;
+    if (res == hcclSuccess && rank == 0)
+        res = hccl_lane_choice_create(lane); /* rank 0 chooses the ways (lane_choice.c) */
+    if (res != hcclSuccess) {
+        hccl_lane_destroy(lane);
+        return res;
     }
     *lane_p = lane;
     return hcclSuccess;

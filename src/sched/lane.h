@@ -57,8 +57,11 @@ struct hccl_lane_op {
     bool part_done;             /* split: our part is published (grouped: our group's sum) */
     bool grouped;               /* split AllReduce by CPU group (hccl_lane_limits_t.group_of) */
     bool final_done;            /* grouped: our share of the result is in our part */
-    bool timed;                 /* a split AllReduce that may run grouped */
+    bool timed;                 /* a split AllReduce that may run grouped, or an AlltoAll
+                                   whose block may go either way (direct_choice_min) */
     bool probe;                 /* rank 0: run the way not chosen, to time it */
+    bool read_chosen;           /* timed AlltoAll: rank 0 has its blocks read single-copy
+                                   below direct_min */
     int next_part;              /* split: parts below it are copied out; direct: peers below
                                    it have released our block */
     bool direct;                /* our block is read from sendbuf (hccl_window_ops_t.publish) */
@@ -106,6 +109,11 @@ typedef struct {
     /* AllReduces above this many bytes (SIZE_MAX: none) take the lane too, as rounds of pieces
      * of max_bytes; so does any above max_bytes where the lane is forced (HCCL_ALGO). */
     size_t pieces_above;
+    /* AlltoAll blocks from this many bytes (0: none) up to direct_min go either way: rank 0
+     * times the copy and, now and then, the single-copy read, and every rank follows the
+     * faster (a window word, as for the grouped way). Which wins there depends on what a copy
+     * between the cores costs on the machine (docs/performance.md). */
+    size_t direct_choice_min;
 } hccl_lane_limits_t;
 
 /*

@@ -30,7 +30,8 @@ static bool lane_goes_direct(hccl_lane_t *lane, const hccl_lane_op_t *op, size_t
 
     switch (op->coll) {
     case HCCL_COLL_ALLTOALL:
-        if (bytes < lane->limits.direct_min || overlap)
+        /* Below direct_min only where rank 0 timed the read faster (lane_choice.c). */
+        if ((bytes < lane->limits.direct_min && !op->read_chosen) || overlap)
             return false;
         break;
     case HCCL_COLL_REDUCESCATTER:

@@ -1,6 +1,6 @@
 /*
  * The lane's state (lane.h), shared by the exchange (lane.c) and rank 0's choice of the way
- * a split AllReduce runs (lane_choice.c).
+ * a split AllReduce or an AlltoAll runs (lane_choice.c).
  */
 #ifndef HCCL_LANE_IMPL_H
 #define HCCL_LANE_IMPL_H
@@ -11,7 +11,9 @@
 typedef struct lane_choice lane_choice_t;
 
 typedef struct {
-    bool timed, grouped, probe, warm; /* warm: past the class's first CHOICE_WARM_OPS */
+    bool timed, other, probe, warm; /* other: the way not taken by default (grouped; read
+                                       single-copy); warm: past CHOICE_WARM_OPS */
+    int coll;
     uint64_t lseq;
     size_t bytes;
     int64_t published_ns;
@@ -39,7 +41,7 @@ struct hccl_lane {
     int *gfirst;                /* [ngroups + 1]: group k is members[gfirst[k] .. gfirst[k + 1]) */
     int group, gindex;          /* ours, and our place in it */
     const char **piece;         /* [ngroups]: scratch of lane_pieces */
-    lane_choice_t *choice;      /* rank 0, where grouped: [HCCL_WINDOW_WORDS] (lane_choice.c) */
+    lane_choice_t *choice;      /* rank 0: [HCCL_WINDOW_WORDS] (lane_choice.c) */
     lane_last_t last;           /* rank 0: the operation it published last */
     char *tiles;                /* two tiles of blocks read single-copy (lane_data.c), once
                                    needed */

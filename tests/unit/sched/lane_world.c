@@ -32,7 +32,8 @@ world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const int *g
     if (lane_over_sim) {
         hccl_lane_limits_t limits = {
             max_bytes, flat_max, 0,      max_bytes, SIZE_MAX,
-            SIZE_MAX,  group_of, always, 1,         lane_world_pieces_above};
+            SIZE_MAX,  group_of, always, 1,         lane_world_pieces_above,
+            0};
         assert_int_equal(hccl_sim_world_create(NULL, n, &w->sim), hcclSuccess);
         w->win = &hccl_sim_window_ops;
         for (int r = 0; r < n; r++) {
@@ -74,7 +75,8 @@ world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const int *g
         /* Tries of the other way as soon as the operation counts allow. */
         hccl_lane_limits_t limits = {
             max_bytes, flat_max, 0,      max_bytes, SIZE_MAX,
-            SIZE_MAX,  group_of, always, 1,         lane_world_pieces_above};
+            SIZE_MAX,  group_of, always, 1,         lane_world_pieces_above,
+            0};
         assert_int_equal(hccl_lane_create(&hccl_shm_window_ops, ctx, r, n, &limits,
                                           lane_world_on_fatal, &w->fatal[r], &w->lane[r]),
                          hcclSuccess);

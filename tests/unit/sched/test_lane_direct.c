@@ -1,6 +1,7 @@
 /*
  * Blocks read single-copy from their owners' buffers instead of copied through the slots:
- * AlltoAll, and the shares of reductions; over shm's window and sim's (lane_world.h).
+ * AlltoAll (and rank 0's choice between the two ways), and the shares of reductions; over
+ * shm's window and sim's (lane_world.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,7 +95,7 @@ static void test_alltoall_direct(void **state)
     world_t *w =
         direct_world(N,
                      &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX, 0, HCCL_WINDOW_CAP,
-                                           4096, SIZE_MAX, NULL, false, 0, SIZE_MAX},
+                                           4096, SIZE_MAX, NULL, false, 0, SIZE_MAX, 0},
                      fds);
 
     (void)state;
@@ -153,6 +154,59 @@ out:
     world_free(w);
 }
 
+/*
+ * Where AlltoAll blocks may go either way (direct_choice_min), rank 0 times the way direct_min
+ * says and tries the other after 32 operations of a size class, and every rank follows,
+ * whether it publishes before rank 0 rewrote the class's word or after: blocks below
+ * direct_min are copied for 32 operations, then read single-copy for a try of six (the first
+ * two warm up); right either way.
+ */
+static void test_alltoall_choice(void **state)
+{
+    enum { N = 3, C = 6000, OPS = 45 }; /* blocks of 72,000 bytes: the class from 64 KiB */
+    static int32_t in[N][N * C], out[N][N * C];
+    int fds[2], tried = 0;
+    world_t *w =
+        direct_world(N,
+                     &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX, 0, HCCL_WINDOW_CAP,
+                                           SIZE_MAX, SIZE_MAX, NULL, false, 1, SIZE_MAX, 4096},
+                     fds);
+
+    (void)state;
+    if (!w)
+        skip();
+    for (int k = 0; k < OPS; k++) {
+        test_op_t t[N];
+        for (int r = 0; r < N; r++) {
+            for (int i = 0; i < N * C; i++) {
+                in[r][i] = 100000 * r + i + k;
+                out[r][i] = -1;
+            }
+            op_init(&t[r], HCCL_COLL_ALLTOALL, in[r], out[r], C, hcclInt32, hcclSum);
+        }
+        /* Rank 0 last (the others read the word it wrote at the class's last operation), or
+         * first (they read the one it wrote publishing this one). */
+        for (int i = 0; i < N; i++)
+            hccl_lane_enqueue(w->lane[k % 2 ? i : N - 1 - i], &t[k % 2 ? i : N - 1 - i].op);
+        drive(w);
+        for (int r = 0; r < N; r++) {
+            assert_int_equal(t[r].done, 1);
+            assert_int_equal(t[r].res, hcclSuccess);
+            assert_int_equal(t[r].op.direct, t[0].op.direct);
+            for (int q = 0; q < N; q++)
+                for (int i = 0; i < C; i += 7)
+                    assert_int_equal(out[r][q * C + i], 100000 * q + r * C + i + k);
+        }
+        if (k < 38)
+            assert_int_equal(t[0].op.direct, k >= 32);
+        tried += t[0].op.direct;
+    }
+    assert_true(tried >= 6);
+    close(fds[0]);
+    close(fds[1]);
+    world_free(w);
+}
+
 enum { DN = 3, DSHARE = 70000 }; /* a share spans two single-copy tiles of int32 */
 
 /* Fills rank r's sendbuf of count elements of dt (ref_input of op and seed). */
@@ -192,10 +246,11 @@ static void test_reduce_direct(void **state)
     test_op_t t[DN];
     int fds[2];
     /* Blocks of a piece (4 bytes each) below reduce_direct_min, the call's above. */
-    world_t *w = direct_world(DN,
-                              &(hccl_lane_limits_t){piece * 4, HCCL_LANE_FLAT_MAX, 0, piece * 4,
-                                                    SIZE_MAX, count * 4, NULL, false, 0, piece * 4},
-                              fds);
+    world_t *w =
+        direct_world(DN,
+                     &(hccl_lane_limits_t){piece * 4, HCCL_LANE_FLAT_MAX, 0, piece * 4, SIZE_MAX,
+                                           count * 4, NULL, false, 0, piece * 4, 0},
+                     fds);
 
     (void)state;
     if (!w)
@@ -288,6 +343,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alltoall_direct),
+        cmocka_unit_test(test_alltoall_choice),
         cmocka_unit_test(test_reduce_direct),
     };
     int failed;

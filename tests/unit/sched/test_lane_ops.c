@@ -381,7 +381,7 @@ static void test_takes(void **state)
     hccl_lane_destroy(w->lane[0]);
     assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
                                       &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX,
-                                                            SIZE_MAX, NULL, false, 0, SIZE_MAX},
+                                                            SIZE_MAX, NULL, false, 0, SIZE_MAX, 0},
                                       lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 1023));
@@ -396,7 +396,7 @@ static void test_takes(void **state)
     hccl_lane_destroy(w->lane[0]);
     assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
                                       &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX,
-                                                            SIZE_MAX, NULL, false, 0, 8192},
+                                                            SIZE_MAX, NULL, false, 0, 8192, 0},
                                       lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_true(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLREDUCE));
