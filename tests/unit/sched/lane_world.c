@@ -128,6 +128,19 @@ void op_init(test_op_t *t, int coll, const void *sbuf, void *rbuf, size_t count,
     t->op.arg = t;
 }
 
+void run_all(world_t *w, test_op_t *t, bool rank0_first)
+{
+    for (int i = 0; i < w->n; i++) {
+        int r = rank0_first ? i : w->n - 1 - i;
+        hccl_lane_enqueue(w->lane[r], &t[r].op);
+    }
+    drive(w);
+    for (int r = 0; r < w->n; r++) {
+        assert_int_equal(t[r].done, 1);
+        assert_int_equal(t[r].res, hcclSuccess);
+    }
+}
+
 /* Runs the lanes until nothing moves (over shm every rank's in turn, over sim those a
  * doorbell rang); returns the rounds that moved. */
 int drive(world_t *w)

@@ -68,5 +68,9 @@ void op_init(test_op_t *t, int coll, const void *sbuf, void *rbuf, size_t count,
 void lane_world_on_fatal(void *arg, hcclResult_t res, const char *msg);
 /* Runs every rank's lane until nothing moves; returns the rounds that moved. */
 int drive(world_t *w);
+/* Enqueues every rank's t[r], rank 0 first (the others read the choice word rank 0 writes
+ * publishing this operation) or last (the one it wrote at the class's previous one), drives
+ * the lanes, and checks that every operation finished with hcclSuccess. */
+void run_all(world_t *w, test_op_t *t, bool rank0_first);
 
 #endif
