@@ -53,9 +53,10 @@ static inline bool hccl_lane_takes_result(const hccl_lane_t *lane, const hccl_la
     return op->coll == HCCL_COLL_ALLREDUCE || lane->rank == op->root;
 }
 
-/* Rank 0's figures, one per size class (lane_choice.c). */
+/* Rank 0's figures, one per size class and kind (lane_choice.c). */
 hcclResult_t hccl_lane_choice_create(hccl_lane_t *lane);
-/* As op is published (its lseq set): whether it runs grouped, and rank 0's timing of it. */
+/* As op is published (its lseq set): whether a split AllReduce runs grouped and whether an
+ * AlltoAll below direct_min is read single-copy, and rank 0's timing of it. */
 void hccl_lane_choose_way(hccl_lane_t *lane, hccl_lane_op_t *op, size_t bytes);
 
 /* The data paths (lane_data.c), in the order an operation takes them. */

@@ -26,14 +26,20 @@ world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const int *g
                           bool always)
 {
     world_t *w = calloc(1, sizeof(*w));
+    /* Tries of the other way as soon as the operation counts allow (choice_ns 1). */
+    hccl_lane_limits_t limits = {.max_bytes = max_bytes,
+                                 .flat_max = flat_max,
+                                 .rooted_max = max_bytes,
+                                 .direct_min = SIZE_MAX,
+                                 .reduce_direct_min = SIZE_MAX,
+                                 .group_of = group_of,
+                                 .group_always = always,
+                                 .choice_ns = 1,
+                                 .pieces_above = lane_world_pieces_above};
 
     assert_non_null(w);
     w->n = n;
     if (lane_over_sim) {
-        hccl_lane_limits_t limits = {
-            max_bytes, flat_max, 0,      max_bytes, SIZE_MAX,
-            SIZE_MAX,  group_of, always, 1,         lane_world_pieces_above,
-            0};
         assert_int_equal(hccl_sim_world_create(NULL, n, &w->sim), hcclSuccess);
         w->win = &hccl_sim_window_ops;
         for (int r = 0; r < n; r++) {
@@ -72,11 +78,6 @@ world_t *world_new_groups(int n, size_t max_bytes, size_t flat_max, const int *g
             ctx->active[ctx->nactive++] = p;
         }
         assert_true(hccl_shm_window_ops.reaches_all(ctx, n));
-        /* Tries of the other way as soon as the operation counts allow. */
-        hccl_lane_limits_t limits = {
-            max_bytes, flat_max, 0,      max_bytes, SIZE_MAX,
-            SIZE_MAX,  group_of, always, 1,         lane_world_pieces_above,
-            0};
         assert_int_equal(hccl_lane_create(&hccl_shm_window_ops, ctx, r, n, &limits,
                                           lane_world_on_fatal, &w->fatal[r], &w->lane[r]),
                          hcclSuccess);
