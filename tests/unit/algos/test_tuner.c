@@ -31,9 +31,13 @@ static void on_fatal(void *arg, hcclResult_t res, const char *msg)
 static int setup(void **state)
 {
     static lane_fixture_t f;
-    hccl_lane_limits_t limits = {LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX,
-                                 SIZE_MAX, SIZE_MAX,           NULL,       false,
-                                 0,        SIZE_MAX,           0};
+    hccl_lane_limits_t limits = {.max_bytes = LANE_MAX,
+                                 .flat_max = HCCL_LANE_FLAT_MAX,
+                                 .rooted_min = ROOTED_MIN,
+                                 .rooted_max = ROOTED_MAX,
+                                 .direct_min = SIZE_MAX,
+                                 .reduce_direct_min = SIZE_MAX,
+                                 .pieces_above = SIZE_MAX};
 
     assert_int_equal(hccl_sim_world_create(NULL, N, &f.sim), hcclSuccess);
     assert_int_equal(hccl_lane_create(&hccl_sim_window_ops, hccl_sim_world_window(f.sim, 0), 0, N,
@@ -115,9 +119,13 @@ static void test_forced_lane(void **state)
 static void test_pieces(void **state)
 {
     lane_fixture_t *f = *state;
-    hccl_lane_limits_t limits = {LANE_MAX, HCCL_LANE_FLAT_MAX, ROOTED_MIN, ROOTED_MAX,
-                                 SIZE_MAX, SIZE_MAX,           NULL,       false,
-                                 0,        2 * LANE_MAX,       0};
+    hccl_lane_limits_t limits = {.max_bytes = LANE_MAX,
+                                 .flat_max = HCCL_LANE_FLAT_MAX,
+                                 .rooted_min = ROOTED_MIN,
+                                 .rooted_max = ROOTED_MAX,
+                                 .direct_min = SIZE_MAX,
+                                 .reduce_direct_min = SIZE_MAX,
+                                 .pieces_above = 2 * LANE_MAX};
     hccl_lane_t *lane;
     hccl_tuner_t t;
 

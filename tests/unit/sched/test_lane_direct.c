@@ -92,11 +92,14 @@ static void test_alltoall_direct(void **state)
     static int32_t in[N][N * C], out[N][N * C];
     test_op_t t[N];
     int fds[2];
-    world_t *w =
-        direct_world(N,
-                     &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX, 0, HCCL_WINDOW_CAP,
-                                           4096, SIZE_MAX, NULL, false, 0, SIZE_MAX, 0},
-                     fds);
+    world_t *w = direct_world(N,
+                              &(hccl_lane_limits_t){.max_bytes = HCCL_WINDOW_CAP,
+                                                    .flat_max = HCCL_LANE_FLAT_MAX,
+                                                    .rooted_max = HCCL_WINDOW_CAP,
+                                                    .direct_min = 4096,
+                                                    .reduce_direct_min = SIZE_MAX,
+                                                    .pieces_above = SIZE_MAX},
+                              fds);
 
     (void)state;
     if (!w)
@@ -166,11 +169,16 @@ static void test_alltoall_choice(void **state)
     enum { N = 3, C = 6000, OPS = 45 }; /* blocks of 72,000 bytes: the class from 64 KiB */
     static int32_t in[N][N * C], out[N][N * C];
     int fds[2], tried = 0;
-    world_t *w =
-        direct_world(N,
-                     &(hccl_lane_limits_t){HCCL_WINDOW_CAP, HCCL_LANE_FLAT_MAX, 0, HCCL_WINDOW_CAP,
-                                           SIZE_MAX, SIZE_MAX, NULL, false, 1, SIZE_MAX, 4096},
-                     fds);
+    world_t *w = direct_world(N,
+                              &(hccl_lane_limits_t){.max_bytes = HCCL_WINDOW_CAP,
+                                                    .flat_max = HCCL_LANE_FLAT_MAX,
+                                                    .rooted_max = HCCL_WINDOW_CAP,
+                                                    .direct_min = SIZE_MAX,
+                                                    .reduce_direct_min = SIZE_MAX,
+                                                    .choice_ns = 1,
+                                                    .pieces_above = SIZE_MAX,
+                                                    .direct_choice_min = 4096},
+                              fds);
 
     (void)state;
     if (!w)
@@ -240,11 +248,14 @@ static void test_reduce_direct(void **state)
     test_op_t t[DN];
     int fds[2];
     /* Blocks of a piece (4 bytes each) below reduce_direct_min, the call's above. */
-    world_t *w =
-        direct_world(DN,
-                     &(hccl_lane_limits_t){piece * 4, HCCL_LANE_FLAT_MAX, 0, piece * 4, SIZE_MAX,
-                                           count * 4, NULL, false, 0, piece * 4, 0},
-                     fds);
+    world_t *w = direct_world(DN,
+                              &(hccl_lane_limits_t){.max_bytes = piece * 4,
+                                                    .flat_max = HCCL_LANE_FLAT_MAX,
+                                                    .rooted_max = piece * 4,
+                                                    .direct_min = SIZE_MAX,
+                                                    .reduce_direct_min = count * 4,
+                                                    .pieces_above = piece * 4},
+                              fds);
 
     (void)state;
     if (!w)

@@ -380,8 +380,13 @@ static void test_takes(void **state)
     /* Where ranks share CPUs, small rooted calls keep to plans. */
     hccl_lane_destroy(w->lane[0]);
     assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
-                                      &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX,
-                                                            SIZE_MAX, NULL, false, 0, SIZE_MAX, 0},
+                                      &(hccl_lane_limits_t){.max_bytes = 4096,
+                                                            .flat_max = 2048,
+                                                            .rooted_min = 1024,
+                                                            .rooted_max = 8192,
+                                                            .direct_min = SIZE_MAX,
+                                                            .reduce_direct_min = SIZE_MAX,
+                                                            .pieces_above = SIZE_MAX},
                                       lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 1023));
@@ -395,8 +400,13 @@ static void test_takes(void **state)
     /* AllReduces above pieces_above come back, in pieces; others between the two do not. */
     hccl_lane_destroy(w->lane[0]);
     assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
-                                      &(hccl_lane_limits_t){4096, 2048, 1024, 8192, SIZE_MAX,
-                                                            SIZE_MAX, NULL, false, 0, 8192, 0},
+                                      &(hccl_lane_limits_t){.max_bytes = 4096,
+                                                            .flat_max = 2048,
+                                                            .rooted_min = 1024,
+                                                            .rooted_max = 8192,
+                                                            .direct_min = SIZE_MAX,
+                                                            .reduce_direct_min = SIZE_MAX,
+                                                            .pieces_above = 8192},
                                       lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_true(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLREDUCE));
