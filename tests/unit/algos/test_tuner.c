@@ -28,16 +28,22 @@ static void on_fatal(void *arg, hcclResult_t res, const char *msg)
     fail_msg("unexpected lane failure %d: %s", (int)res, msg);
 }
 
+/* The fixture's lane limits, with AllReduces above pieces_above in pieces (SIZE_MAX: none). */
+static hccl_lane_limits_t fixture_limits(size_t pieces_above)
+{
+    return (hccl_lane_limits_t){.max_bytes = LANE_MAX,
+                                .flat_max = HCCL_LANE_FLAT_MAX,
+                                .rooted_min = ROOTED_MIN,
+                                .rooted_max = ROOTED_MAX,
+                                .direct_min = SIZE_MAX,
+                                .reduce_direct_min = SIZE_MAX,
+                                .pieces_above = pieces_above};
+}
+
 static int setup(void **state)
 {
     static lane_fixture_t f;
-    hccl_lane_limits_t limits = {.max_bytes = LANE_MAX,
-                                 .flat_max = HCCL_LANE_FLAT_MAX,
-                                 .rooted_min = ROOTED_MIN,
-                                 .rooted_max = ROOTED_MAX,
-                                 .direct_min = SIZE_MAX,
-                                 .reduce_direct_min = SIZE_MAX,
-                                 .pieces_above = SIZE_MAX};
+    hccl_lane_limits_t limits = fixture_limits(SIZE_MAX);
 
     assert_int_equal(hccl_sim_world_create(NULL, N, &f.sim), hcclSuccess);
     assert_int_equal(hccl_lane_create(&hccl_sim_window_ops, hccl_sim_world_window(f.sim, 0), 0, N,
@@ -119,13 +125,7 @@ static void test_forced_lane(void **state)
 static void test_pieces(void **state)
 {
     lane_fixture_t *f = *state;
-    hccl_lane_limits_t limits = {.max_bytes = LANE_MAX,
-                                 .flat_max = HCCL_LANE_FLAT_MAX,
-                                 .rooted_min = ROOTED_MIN,
-                                 .rooted_max = ROOTED_MAX,
-                                 .direct_min = SIZE_MAX,
-                                 .reduce_direct_min = SIZE_MAX,
-                                 .pieces_above = 2 * LANE_MAX};
+    hccl_lane_limits_t limits = fixture_limits(2 * LANE_MAX);
     hccl_lane_t *lane;
     hccl_tuner_t t;
 

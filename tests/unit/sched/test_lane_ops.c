@@ -362,6 +362,7 @@ static void test_split_waits(void **state)
 static void test_takes(void **state)
 {
     world_t *w = world_new(2, 100);
+    hccl_lane_limits_t limits;
 
     (void)state;
     assert_false(hccl_lane_takes(NULL, HCCL_COLL_BARRIER, 0));
@@ -378,16 +379,16 @@ static void test_takes(void **state)
     assert_int_equal(hccl_lane_call_bytes(HCCL_COLL_ALLTOALLV, 5, hcclInt32, 3), SIZE_MAX);
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLTOALLV, SIZE_MAX));
     /* Where ranks share CPUs, small rooted calls keep to plans. */
+    limits = (hccl_lane_limits_t){.max_bytes = 4096,
+                                  .flat_max = 2048,
+                                  .rooted_min = 1024,
+                                  .rooted_max = 8192,
+                                  .direct_min = SIZE_MAX,
+                                  .reduce_direct_min = SIZE_MAX,
+                                  .pieces_above = SIZE_MAX};
     hccl_lane_destroy(w->lane[0]);
-    assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
-                                      &(hccl_lane_limits_t){.max_bytes = 4096,
-                                                            .flat_max = 2048,
-                                                            .rooted_min = 1024,
-                                                            .rooted_max = 8192,
-                                                            .direct_min = SIZE_MAX,
-                                                            .reduce_direct_min = SIZE_MAX,
-                                                            .pieces_above = SIZE_MAX},
-                                      lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
+    assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2, &limits, lane_world_on_fatal,
+                                      &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_BROADCAST, 1023));
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_REDUCE, 512));
@@ -398,16 +399,10 @@ static void test_takes(void **state)
     assert_false(hccl_lane_takes(w->lane[0], HCCL_COLL_ALLGATHER, 4097));
     assert_false(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLREDUCE));
     /* AllReduces above pieces_above come back, in pieces; others between the two do not. */
+    limits.pieces_above = 8192;
     hccl_lane_destroy(w->lane[0]);
-    assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2,
-                                      &(hccl_lane_limits_t){.max_bytes = 4096,
-                                                            .flat_max = 2048,
-                                                            .rooted_min = 1024,
-                                                            .rooted_max = 8192,
-                                                            .direct_min = SIZE_MAX,
-                                                            .reduce_direct_min = SIZE_MAX,
-                                                            .pieces_above = 8192},
-                                      lane_world_on_fatal, &w->fatal[0], &w->lane[0]),
+    assert_int_equal(hccl_lane_create(w->win, w->wctx[0], 0, 2, &limits, lane_world_on_fatal,
+                                      &w->fatal[0], &w->lane[0]),
                      hcclSuccess);
     assert_true(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLREDUCE));
     assert_false(hccl_lane_in_pieces(w->lane[0], HCCL_COLL_ALLGATHER));
